@@ -1,0 +1,46 @@
+// The CPU engine: every operation of the MSA contract, multithreaded over the
+// machine's cores. It is also the reference the CUDA backend is checked against.
+#pragma once
+
+#include <cstdint>
+
+#include "msa/batch.hpp"
+#include "msa/cache.hpp"
+#include "msa/ops.hpp"
+
+namespace msa::cpu {
+
+struct Options {
+  int num_threads = 0;  // 0: one per hardware thread
+  bool check = true;    // validate every index before touching memory
+};
+
+// Writes K and V of each token with slot >= 0 into the cache, quantizing as the
+// cache dtype asks (fp8 per-tensor or per-(token, head) scales, nvfp4 groups).
+// In per_token_head mode the scales are computed here (amax / fp8 max, 1 when
+// amax is 0) and written to cache.k_scales / cache.v_scales.
+void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, const Options& opt = {});
+
+// Writes each token's index key (bf16, or fp8 e4m3 by a plain saturating cast).
+void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, const Options& opt = {});
+
+// Block scores: scores[t, h, b] = max over visible tokens j of block b (j <= p)
+// of dot(index_q[t, h], index_k[j]) in fp32; -inf for b > p / 128.
+//   scores: [num_tokens, num_kv_heads, max_blocks]
+void block_scores(const StepView& step, const IndexerArgs& args, float* scores,
+                  std::int32_t max_blocks, const Options& opt = {});
+
+// Top-k of one row from its scores (forced blocks, ties to the lower id, NaN
+// lowest, ascending ids, then -1).
+//   scores: [last + 1], out: [topk]
+void select_row(const float* scores, std::int32_t last, std::int32_t topk, std::int32_t init_blocks,
+                std::int32_t local_blocks, std::int32_t* out);
+
+// block_scores then select_row for every (token, KV head). Rows of padding
+// requests get -1 everywhere.
+void index(const StepView& step, const IndexerArgs& args, const Options& opt = {});
+
+// Sparse attention of every token of the step (decode, verify and prefill alike).
+void attend(const StepView& step, const AttentionArgs& args, const Options& opt = {});
+
+}  // namespace msa::cpu

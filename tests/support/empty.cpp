@@ -1,0 +1,1 @@
+// Keeps msa_support linkable before it has sources of its own.
