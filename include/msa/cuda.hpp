@@ -1,10 +1,96 @@
-// The CUDA backend (sm_90a). Host-callable; no CUDA headers: streams are passed
-// as void* (a cudaStream_t).
+// The CUDA backend (sm_90a). Host-callable; no CUDA headers: a stream is passed
+// as void* (a cudaStream_t, nullptr = the default stream). Every pointer inside
+// the argument structs is a device pointer.
+//
+// Plan/run: the *plan* functions do host work from host metadata and enqueue
+// the copies of their results into caller-owned device workspace; the *run*
+// functions allocate nothing and never synchronize the host, so a decode step
+// can be captured once in a CUDA graph and replayed with new top-k lists,
+// sequence lengths, block tables and queries.
 #pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "msa/batch.hpp"
+#include "msa/cache.hpp"
+#include "msa/ops.hpp"
 
 namespace msa::cuda {
 
+using Stream = void*;
+
 // Usable CUDA devices; 0 when there is no driver or device (never throws).
 int device_count();
+
+// ---- device-side index checks (contract 8) ----------------------------------
+// Kernels never read or write out of bounds whatever the indices hold: a bad
+// top-k id, block-table entry or slot is skipped. When a DeviceCheck buffer is
+// given, the first bad entry is also recorded there, and read_check() turns it
+// into words (it synchronizes the stream: tools and tests call it, production
+// code may skip it).
+struct DeviceCheck {
+  std::int64_t* buffer = nullptr;  // [8] device memory, zeroed by reset_check
+};
+void reset_check(const DeviceCheck& check, Stream stream);
+// Throws msa::Error describing the first recorded bad entry, if any.
+void read_check(const DeviceCheck& check, Stream stream);
+
+// ---- insert --------------------------------------------------------------------
+void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, Stream stream,
+               const DeviceCheck& check = {});
+void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, Stream stream,
+                  const DeviceCheck& check = {});
+
+// ---- indexer -------------------------------------------------------------------
+// Bytes of scratch that index() needs: the block scores
+// [num_tokens, num_kv_heads, max_blocks] fp32.
+std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_heads,
+                                  std::int32_t max_blocks);
+// Block scores then top-k, for every token of the step. `max_blocks` bounds
+// ceil(seq_len / 128) over the step's requests. If `scores_out` is not null the
+// scores are left there ([num_tokens, num_kv_heads, max_blocks], -inf where not
+// eligible) so tests can feed the very same scores to the CPU selection.
+void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, void* workspace,
+           std::size_t workspace_bytes, Stream stream, const DeviceCheck& check = {});
+// Selection alone, from given scores [num_tokens, num_kv_heads, max_blocks].
+void select_topk(const StepView& step, const float* scores, std::int32_t max_blocks,
+                 const IndexerArgs& args, Stream stream);
+
+// ---- sparse attention ----------------------------------------------------------
+// What a plan depends on. A captured decode graph stays valid while these and
+// the token count stay the same.
+struct AttentionShape {
+  std::int32_t num_q_heads = 0;
+  std::int32_t num_kv_heads = 0;
+  std::int32_t topk = 16;
+  DType q_dtype = DType::bf16;
+  DType kv_dtype = DType::bf16;
+  DType out_dtype = DType::bf16;
+};
+
+// A plan: plain values and pointers into the caller's workspace.
+struct AttentionPlan {
+  AttentionShape shape;
+  std::int32_t num_tokens = 0;
+  std::int32_t num_decode_tokens = 0;
+  std::int32_t decode_splits = 1;   // split-K factor over the selected blocks for decode rows
+  std::int32_t prefill_splits = 1;  // the same for prefill rows
+  void* workspace = nullptr;        // caller-owned device memory
+  std::size_t workspace_bytes = 0;
+  float* partial_out = nullptr;     // [num_tokens, num_q_heads, max_splits, 128] fp32
+  float* partial_lse = nullptr;     // [num_tokens, num_q_heads, max_splits]
+};
+
+// Device bytes the plan for this step needs.
+std::size_t attention_workspace_bytes(const BatchMetadata& meta, const AttentionShape& shape);
+// Chooses split counts (a pure host heuristic) and lays out the workspace.
+// Throws msa::Error if the workspace is too small or the shape is unsupported.
+AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
+                             std::size_t workspace_bytes, Stream stream);
+// Runs the attention of every token of the step. Allocates nothing, never
+// synchronizes the host; safe to capture in a CUDA graph.
+void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args,
+            Stream stream, const DeviceCheck& check = {});
 
 }  // namespace msa::cuda
