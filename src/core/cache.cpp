@@ -1,5 +1,7 @@
 #include "msa/cache.hpp"
 
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "msa/error.hpp"
@@ -45,27 +47,31 @@ KVCacheView make_cache_view(DType dtype, void* base, std::int64_t num_pages, int
   c.num_pages = num_pages;
   c.num_kv_heads = num_kv_heads;
   c.page_stride = page_stride;
-  const std::size_t eb = dtype_bytes(dtype);
-  auto* bytes = static_cast<unsigned char*>(base);
+  const auto eb = std::int64_t(dtype_bytes(dtype));
+  // V's base as an address, so that a view built on a null base (to size an
+  // allocation with cache_extent) still records where V starts.
+  const auto at = [base](std::int64_t byte_offset) {
+    return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(base) + std::uintptr_t(byte_offset));
+  };
+  c.k = base;
   switch (layout) {
     case Layout::hnd:
       c.head_stride = N * 2 * D;
       c.token_stride = 2 * D;
-      c.k = bytes;
-      c.v = bytes ? bytes + D * eb : nullptr;
+      c.v = at(D * eb);
       break;
     case Layout::nhd:
       c.head_stride = 2 * D;
       c.token_stride = H * 2 * D;
-      c.k = bytes;
-      c.v = bytes ? bytes + D * eb : nullptr;
+      c.v = at(D * eb);
       break;
     case Layout::split:
       c.head_stride = D;
       c.token_stride = H * D;
-      c.k = bytes;
-      c.v = bytes ? bytes + N * H * D * eb : nullptr;
+      c.v = at(N * H * D * eb);
       break;
+    default:
+      fail("layout = ", int(layout), " is not a layout (expected hnd, nhd or split)");
   }
   c.scale_mode = is_fp8(dtype) ? ScaleMode::per_tensor : ScaleMode::none;
   return c;
@@ -80,8 +86,10 @@ KVCacheView make_nvfp4_cache_view(void* base, std::int64_t num_pages, int num_kv
   if (page_stride_bytes == 0) page_stride_bytes = compact;
   MSA_CHECK(page_stride_bytes >= compact, "page_stride = ", page_stride_bytes,
             " bytes is smaller than one nvfp4 page (", compact, " bytes)");
-  MSA_CHECK(k_global_scale > 0.0f, "k_global_scale = ", k_global_scale, " must be positive");
-  MSA_CHECK(v_global_scale > 0.0f, "v_global_scale = ", v_global_scale, " must be positive");
+  MSA_CHECK(std::isfinite(k_global_scale) && k_global_scale > 0.0f, "k_global_scale = ",
+            k_global_scale, " must be finite and positive");
+  MSA_CHECK(std::isfinite(v_global_scale) && v_global_scale > 0.0f, "v_global_scale = ",
+            v_global_scale, " must be finite and positive");
   KVCacheView c;
   c.dtype = DType::nvfp4;
   c.k = base;
@@ -101,7 +109,9 @@ std::int64_t cache_extent(const KVCacheView& c) {
   // The largest offset touched by K or V, plus one, measured from c.k.
   const std::int64_t last = c.offset(c.num_pages - 1, c.num_kv_heads - 1, kBlockSize - 1, kHeadDim - 1);
   const std::int64_t eb = std::int64_t(dtype_bytes(c.dtype));
-  const std::int64_t v_shift = (static_cast<const unsigned char*>(c.v) - static_cast<const unsigned char*>(c.k)) / eb;
+  // V's distance from K in elements (as addresses: K and V may be separate allocations).
+  const std::int64_t v_shift =
+      (std::int64_t(reinterpret_cast<std::uintptr_t>(c.v)) - std::int64_t(reinterpret_cast<std::uintptr_t>(c.k))) / eb;
   return last + 1 + (v_shift > 0 ? v_shift : 0);
 }
 

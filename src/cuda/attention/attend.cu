@@ -1,0 +1,187 @@
+// Run step of the CUDA sparse attention: host-side shape checks, the kernel
+// parameters, and the dispatch to one kernel instance plus the combine pass
+// for split rows. Allocates nothing and never synchronizes the host.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "core/checks.hpp"
+#include "cuda/attention/heuristics.hpp"
+#include "cuda/attention/launch.hpp"
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/plan_internal.hpp"
+#include "cuda/common/check.cuh"
+#include "msa/cuda.hpp"
+#include "msa/error.hpp"
+
+namespace msa::cuda {
+namespace attention {
+namespace {
+
+bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
+void check_cache(const KVCacheView& c) {
+  MSA_CHECK(c.num_pages >= 0, "attend: cache.num_pages = ", c.num_pages, " is negative");
+  if (c.num_pages == 0) return;  // nothing can be read: every page id is out of range
+  MSA_CHECK(c.k != nullptr && (c.v != nullptr || c.dtype == DType::nvfp4),
+            "attend: cache.k / cache.v is null");
+  if (c.dtype == DType::nvfp4) {
+    MSA_CHECK(aligned16(c.k), "attend: the nvfp4 cache base must be 16-byte aligned");
+    MSA_CHECK(c.page_stride % 16 == 0 && c.page_stride >= 2 * c.num_kv_heads * nvfp4::kSlotBytes,
+              "attend: nvfp4 cache.page_stride = ", c.page_stride,
+              " bytes must be a multiple of 16 and at least ", 2 * c.num_kv_heads * nvfp4::kSlotBytes);
+    return;
+  }
+  const auto eb = std::int64_t(dtype_bytes(c.dtype));
+  MSA_CHECK(aligned16(c.k) && aligned16(c.v), "attend: cache.k and cache.v must be 16-byte aligned");
+  MSA_CHECK((c.page_stride * eb) % 16 == 0, "attend: cache.page_stride = ", c.page_stride,
+            " elements is not a multiple of 16 bytes");
+  MSA_CHECK((c.head_stride * eb) % 16 == 0, "attend: cache.head_stride = ", c.head_stride,
+            " elements is not a multiple of 16 bytes");
+  MSA_CHECK((c.token_stride * eb) % 16 == 0, "attend: cache.token_stride = ", c.token_stride,
+            " elements is not a multiple of 16 bytes");
+  if (is_fp8(c.dtype) && c.scale_mode == ScaleMode::per_token_head)
+    MSA_CHECK(c.k_scales != nullptr && c.v_scales != nullptr,
+              "attend: per_token_head fp8 scales but cache.k_scales / cache.v_scales is null");
+}
+
+void check_run(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args) {
+  const AttentionShape& s = plan.shape;
+  MSA_CHECK(plan.num_tokens == step.num_tokens, "attend: the plan is for ", plan.num_tokens,
+            " tokens but the step has ", step.num_tokens);
+  MSA_CHECK(plan.num_decode_tokens == step.num_decode_tokens, "attend: the plan is for ",
+            plan.num_decode_tokens, " decode tokens but the step has ", step.num_decode_tokens);
+  MSA_CHECK(args.num_q_heads == s.num_q_heads, "attend: args.num_q_heads = ", args.num_q_heads,
+            " but the plan has ", s.num_q_heads);
+  MSA_CHECK(args.cache.num_kv_heads == s.num_kv_heads, "attend: cache.num_kv_heads = ",
+            args.cache.num_kv_heads, " but the plan has ", s.num_kv_heads);
+  MSA_CHECK(args.topk.topk == s.topk, "attend: topk.topk = ", args.topk.topk, " but the plan has ",
+            s.topk);
+  MSA_CHECK(args.q_dtype == s.q_dtype, "attend: q_dtype = ", dtype_name(args.q_dtype),
+            " but the plan has ", dtype_name(s.q_dtype));
+  MSA_CHECK(args.out_dtype == s.out_dtype, "attend: out_dtype = ", dtype_name(args.out_dtype),
+            " but the plan has ", dtype_name(s.out_dtype));
+  MSA_CHECK(args.cache.dtype == s.kv_dtype, "attend: cache dtype = ", dtype_name(args.cache.dtype),
+            " but the plan has ", dtype_name(s.kv_dtype));
+  MSA_CHECK(plan.decode_splits >= 1 && plan.decode_splits <= kMaxSplits && plan.prefill_splits >= 1 &&
+                plan.prefill_splits <= kMaxSplits,
+            "attend: plan splits (", plan.decode_splits, ", ", plan.prefill_splits,
+            ") are not in [1, ", kMaxSplits, "]");
+  const bool splits = plan.decode_splits > 1 || plan.prefill_splits > 1;
+  MSA_CHECK(!splits || (plan.partial_out != nullptr && plan.partial_lse != nullptr),
+            "attend: the plan splits rows but has no workspace");
+  if (step.num_tokens == 0) return;
+  MSA_CHECK(args.q != nullptr && args.out != nullptr, "attend: args.q / args.out is null");
+  MSA_CHECK(aligned16(args.q) && aligned16(args.out), "attend: args.q and args.out must be 16-byte aligned");
+  MSA_CHECK(args.topk.data != nullptr, "attend: args.topk.data is null");
+  MSA_CHECK(args.block_table.data != nullptr || step.num_requests == 0,
+            "attend: args.block_table.data is null");
+  MSA_CHECK(std::isfinite(args.softmax_scale), "attend: softmax_scale = ", args.softmax_scale,
+            " is not finite");
+  MSA_CHECK(args.q_dtype != DType::fp8_e4m3 || std::isfinite(args.q_scale), "attend: q_scale = ",
+            args.q_scale, " is not finite");
+  check_cache(args.cache);
+}
+
+AttendParams make_params(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args,
+                         const DeviceCheck& check) {
+  const KVCacheView& c = args.cache;
+  AttendParams p;
+  p.q = args.q;
+  p.q_kind = args.q_dtype == DType::fp16 ? kQueryFp16 : args.q_dtype == DType::fp8_e4m3 ? kQueryE4m3 : kQueryBf16;
+  p.out = args.out;
+  p.out_fp16 = args.out_dtype == DType::fp16;
+  p.lse = args.lse;
+  p.partial_out = plan.partial_out;
+  p.partial_lse = plan.partial_lse;
+  p.max_splits = std::max(plan.decode_splits, plan.prefill_splits);
+  p.num_q_heads = plan.shape.num_q_heads;
+  p.num_kv_heads = plan.shape.num_kv_heads;
+  p.group = p.num_q_heads / p.num_kv_heads;
+
+  float k_scale = 1.0f, v_scale = 1.0f;
+  const bool token_scales = is_fp8(c.dtype) && c.scale_mode == ScaleMode::per_token_head;
+  if ((is_fp8(c.dtype) && !token_scales) || c.dtype == DType::nvfp4) {
+    k_scale = c.k_scale;
+    v_scale = c.v_scale;
+  }
+  const float q_scale = args.q_dtype == DType::fp8_e4m3 ? args.q_scale : 1.0f;
+  p.score_scale_log2 = args.softmax_scale * 1.4426950408889634f * k_scale * q_scale;
+  p.out_scale = v_scale;
+
+  p.num_tokens = step.num_tokens;
+  p.num_decode_tokens = step.num_decode_tokens;
+  p.num_requests = step.num_requests;
+  p.query_start = step.query_start;
+  p.seq_lens = step.seq_lens;
+  p.token_request = step.token_request;
+
+  p.topk = args.topk.data;
+  p.topk_token_stride = args.topk.token_stride;
+  p.topk_head_stride = args.topk.head_stride;
+  p.topk_count = args.topk.topk;
+
+  p.k_base = static_cast<const unsigned char*>(c.k);
+  p.v_base = static_cast<const unsigned char*>(c.v);
+  p.page_stride = c.page_stride;
+  p.head_stride = c.head_stride;
+  p.token_stride = c.token_stride;
+  p.num_pages = c.num_pages;
+  p.k_scales = token_scales ? c.k_scales : nullptr;
+  p.v_scales = token_scales ? c.v_scales : nullptr;
+
+  p.table = args.block_table.data;
+  p.table_stride = args.block_table.row_stride;
+  p.table_rows = args.block_table.num_rows;
+  p.table_cols = args.block_table.max_blocks;
+
+  p.decode_splits = plan.decode_splits;
+  p.prefill_splits = plan.prefill_splits;
+  p.check = check.buffer;
+  return p;
+}
+
+void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaStream_t s) {
+  switch (kv) {
+    case DType::bf16: return launch_attend<KvKind::half, false>(p, ctas, s);
+    case DType::fp16: return launch_attend<KvKind::half, true>(p, ctas, s);
+    case DType::fp8_e4m3:
+      return f16 ? launch_attend<KvKind::e4m3, true>(p, ctas, s) : launch_attend<KvKind::e4m3, false>(p, ctas, s);
+    case DType::fp8_e5m2:
+      return f16 ? launch_attend<KvKind::e5m2, true>(p, ctas, s) : launch_attend<KvKind::e5m2, false>(p, ctas, s);
+    case DType::nvfp4:
+      return f16 ? launch_attend<KvKind::nvfp4, true>(p, ctas, s) : launch_attend<KvKind::nvfp4, false>(p, ctas, s);
+    default: fail("attend: cache dtype ", dtype_name(kv), " is not a KV cache dtype");
+  }
+}
+
+}  // namespace
+}  // namespace attention
+
+void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args, Stream stream,
+            const DeviceCheck& check) {
+  using namespace attention;
+  check::step_shape(step);
+  check_shape(plan.shape);
+  check_run(plan, step, args);
+  check::attention_shape(step, args);
+  if (step.num_tokens == 0) return;
+
+  const AttendParams p = make_params(plan, step, args, check);
+  const std::int64_t prefill_tokens = std::int64_t(step.num_tokens) - step.num_decode_tokens;
+  const std::int64_t ctas = std::int64_t(step.num_decode_tokens) * p.num_kv_heads * p.decode_splits +
+                            prefill_tokens * p.num_kv_heads * p.prefill_splits;
+  MSA_CHECK(ctas <= std::numeric_limits<std::int32_t>::max(), "attend: ", ctas,
+            " CTAs exceed the grid limit (tokens x kv heads x splits)");
+  // The MMA type: the cache's for bf16 / fp16 caches, else the output's.
+  const bool f16 = args.out_dtype == DType::fp16;
+  const auto s = static_cast<cudaStream_t>(stream);
+  launch(p, args.cache.dtype, f16, ctas, s);
+  if (p.decode_splits > 1) launch_combine(p, 0, step.num_decode_tokens, p.decode_splits, s);
+  if (p.prefill_splits > 1) launch_combine(p, step.num_decode_tokens, step.num_tokens, p.prefill_splits, s);
+}
+
+}  // namespace msa::cuda

@@ -1,0 +1,10 @@
+// Instances of the attention kernel for e5m2 caches.
+#include "cuda/attention/kernel.cuh"
+#include "cuda/attention/launch.hpp"
+
+namespace msa::cuda::attention {
+
+template void launch_attend<KvKind::e5m2, false>(const AttendParams&, std::int64_t, cudaStream_t);
+template void launch_attend<KvKind::e5m2, true>(const AttendParams&, std::int64_t, cudaStream_t);
+
+}  // namespace msa::cuda::attention

@@ -1,0 +1,10 @@
+// Instances of the attention kernel for nvfp4 caches.
+#include "cuda/attention/kernel.cuh"
+#include "cuda/attention/launch.hpp"
+
+namespace msa::cuda::attention {
+
+template void launch_attend<KvKind::nvfp4, false>(const AttendParams&, std::int64_t, cudaStream_t);
+template void launch_attend<KvKind::nvfp4, true>(const AttendParams&, std::int64_t, cudaStream_t);
+
+}  // namespace msa::cuda::attention

@@ -1,0 +1,136 @@
+// Mainloop of the attention kernel: one staged 128-key block against the
+// CTA's 16 query rows. Warp w owns keys [32w, 32w + 32) of every block and
+// keeps its own online-softmax state (running max, sum, 16 x 128 fp32 output);
+// the epilogue merges the four warps.
+//
+// QK^T and PV are mma.sync m16n8k16 with fp32 accumulators; K fragments come
+// from ldmatrix, V fragments from ldmatrix.trans, and the probabilities are
+// reused as the A operand straight from the score registers.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/attention/kernel_smem.cuh"
+#include "cuda/attention/ptx.cuh"
+
+namespace msa::cuda::attention {
+
+struct WarpState {
+  float o[16][4];  // 16 n-tiles of 8 dims: rows lane/4 (0, 1) and lane/4 + 8 (2, 3)
+  float m[2];      // running max (log2 units) of rows lane/4 and lane/4 + 8
+  float l[2];      // running sum of this thread's columns (reduced over the quad at the end)
+
+  __device__ void init() {
+#pragma unroll
+    for (int n = 0; n < 16; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+};
+
+// Query fragments (A operand) of the 8 k-steps from the swizzled query tile.
+//   q_tile: shared address of [16][128] MMA-type rows
+__device__ __forceinline__ void load_query_fragments(std::uint32_t (&qf)[8][4], std::uint32_t q_tile,
+                                                     int lane) {
+  const int row = (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) ldmatrix_x4(qf[ks], q_tile + tile_offset(row, 2 * ks + (lane >> 4)));
+}
+
+// One block: scores, masking (keys >= valid_keys), online softmax, PV.
+//   k_tile, v_tile: shared addresses of [128 keys][128] MMA-type tiles
+//   k_scales, v_scales: [128] per-token scales in shared memory, or null
+template <bool kF16>
+__device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t (&qf)[8][4],
+                                             std::uint32_t k_tile, std::uint32_t v_tile, int warp,
+                                             int lane, float scale_log2, int valid_keys,
+                                             const float* k_scales, const float* v_scales) {
+  float s[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+
+  // S = Q K^T over this warp's 32 keys.
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+    for (int jp = 0; jp < 2; ++jp) {
+      const int key = warp * 32 + (2 * jp + (lane >> 4)) * 8 + (lane & 7);
+      std::uint32_t b[4];
+      ldmatrix_x4(b, k_tile + tile_offset(key, 2 * ks + ((lane >> 3) & 1)));
+      mma16816<kF16>(s[2 * jp], qf[ks], b[0], b[1]);
+      mma16816<kF16>(s[2 * jp + 1], qf[ks], b[2], b[3]);
+    }
+  }
+
+  // Scale to log2 units, per-token K scales, causal / length mask.
+  const int col0 = warp * 32 + 2 * (lane & 3);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = col0 + 8 * j + (e & 1);
+      float x = s[j][e] * scale_log2;
+      if (k_scales != nullptr) x *= k_scales[key];
+      s[j][e] = key < valid_keys ? x : -INFINITY;
+    }
+  }
+
+  // Online softmax per row (two rows per thread, a row spread over a quad).
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.m[i], mx);
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+    const float alpha = exp2f(st.m[i] - m_use);
+    st.m[i] = m_new;
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s[j][2 * i] = exp2f(s[j][2 * i] - m_use);
+      s[j][2 * i + 1] = exp2f(s[j][2 * i + 1] - m_use);
+      sum += s[j][2 * i] + s[j][2 * i + 1];
+    }
+    st.l[i] = st.l[i] * alpha + sum;
+#pragma unroll
+    for (int n = 0; n < 16; ++n) {
+      st.o[n][2 * i] *= alpha;
+      st.o[n][2 * i + 1] *= alpha;
+    }
+  }
+
+  // Per-token V scales go on the probabilities (the sum above stays unscaled).
+  if (v_scales != nullptr) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] *= v_scales[col0 + 8 * j + (e & 1)];
+  }
+
+  // O += P V: two k-steps of 16 keys, 16 n-tiles of 8 dims.
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    std::uint32_t a[4];
+    a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    const int key = warp * 32 + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int dp = 0; dp < 8; ++dp) {
+      std::uint32_t b[4];
+      ldmatrix_x4_trans(b, v_tile + tile_offset(key, 2 * dp + (lane >> 4)));
+      mma16816<kF16>(st.o[2 * dp], a, b[0], b[1]);
+      mma16816<kF16>(st.o[2 * dp + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+}  // namespace msa::cuda::attention

@@ -1,0 +1,66 @@
+// Shared-memory layout of the attention kernel, per KV kind. Byte offsets from
+// the start of the dynamic shared memory:
+//
+//   [q]      16 x 128 query tile of the MMA type, rows of 256 B, swizzled
+//   [meta]   the row's top-k ids, selected pages and block ids, counters, and
+//            the per-warp softmax statistics used by the warp merge
+//   [stage]  K/V staging. half: two stages of [K tile | V tile] (the tiles
+//            themselves). fp8 / nvfp4: two raw stages (codes as stored), one
+//            widened [K tile | V tile], per-token scales / the nvfp4 table.
+//   The epilogue reuses [stage] for the per-warp fp32 outputs.
+//
+// A tile is 128 keys x 128 dims of the MMA type: row = key, 256 B, the 16-byte
+// chunk c of row r stored at chunk c ^ (r & 7) so that ldmatrix and the staging
+// stores are free of bank conflicts.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/attention/params.cuh"
+
+namespace msa::cuda::attention {
+
+inline constexpr int kRowBytes = kDim * 2;                 // 256
+inline constexpr int kTileBytes = kBlockKeys * kRowBytes;  // 32 KiB: one K or V tile
+inline constexpr int kFp8RawBytes = kBlockKeys * kDim;     // 16 KiB: one fp8 K or V block
+inline constexpr int kNvfp4SlotBytes = kBlockKeys * 72;    // 9216: one nvfp4 K or V slot
+inline constexpr int kMergeStride = kDim + 8;              // floats per row of the merge buffer
+
+// Byte offset of chunk c (16 B) of row r in a swizzled tile.
+__device__ __forceinline__ std::uint32_t tile_offset(int r, int c) {
+  return std::uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4));
+}
+
+template <KvKind kKind>
+struct SmemLayout {
+  static constexpr bool kConverted = kKind != KvKind::half;
+  static constexpr int kQ = 0;
+  static constexpr int kIds = kQ + kRows * kRowBytes;        // int32 [64] raw top-k row
+  static constexpr int kPages = kIds + kMaxEntries * 4;      // int32 [64] selected pages
+  static constexpr int kBlocks = kPages + kMaxEntries * 4;   // int32 [64] their block ids
+  static constexpr int kCount = kBlocks + kMaxEntries * 4;   // int32 [4]: selected count
+  static constexpr int kWarpMax = kCount + 16;               // float [4][16]
+  static constexpr int kWarpSum = kWarpMax + 4 * kRows * 4;  // float [4][16]
+  static constexpr int kRowMax = kWarpSum + 4 * kRows * 4;   // float [16]
+  static constexpr int kRowSum = kRowMax + kRows * 4;        // float [16]
+  static constexpr int kCurScales = kRowSum + kRows * 4;     // float [2][128]: K, V scales in use
+  static constexpr int kStage = (kCurScales + 2 * kBlockKeys * 4 + 127) / 128 * 128;
+
+  // One raw stage (the tiles themselves for half).
+  static constexpr int kRawBytes = kKind == KvKind::half    ? 2 * kTileBytes
+                                   : kKind == KvKind::nvfp4 ? 2 * kNvfp4SlotBytes
+                                                            : 2 * kFp8RawBytes;
+  static constexpr int kRaw = kStage;                              // [2][kRawBytes]
+  static constexpr int kTile = kConverted ? kRaw + 2 * kRawBytes : kRaw;  // [K | V] widened
+  static constexpr int kAfterTile = kConverted ? kTile + 2 * kTileBytes : kRaw + 2 * kRawBytes;
+  static constexpr int kRawScales = kAfterTile;                    // fp8: float [2][2][128]
+  static constexpr int kLut = kAfterTile;                          // nvfp4: uint32 [256]
+  static constexpr int kBytes = kKind == KvKind::nvfp4 ? kLut + 256 * 4
+                                : kConverted           ? kRawScales + 2 * 2 * kBlockKeys * 4
+                                                       : kAfterTile;
+  static constexpr int kMergeBytes = 4 * kRows * kMergeStride * 4;
+  static_assert(kMergeBytes <= kAfterTile - kStage, "merge buffer must fit in the stage area");
+  static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
+};
+
+}  // namespace msa::cuda::attention

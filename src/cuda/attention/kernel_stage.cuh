@@ -1,0 +1,184 @@
+// Tile loads of the attention kernel: one selected block (128 keys of one KV
+// head) from the paged cache into shared memory with 16-byte cp.async, and for
+// fp8 / nvfp4 caches the widening of the stored codes to the MMA type.
+//
+// Keys past the row's causal limit (valid_keys) are never read: their 16-byte
+// copies are zero-filled, and widening writes zeros for them, so NaN that may
+// sit in unwritten cache slots cannot reach the products (0 * NaN = NaN).
+//
+// Widening is exact: e4m3, e5m2 and e2m1 x e4m3 products are all representable
+// in bf16 and fp16. Per-tensor scales (and the nvfp4 global scales) are applied
+// in fp32 outside the MMA; per-(token, head) fp8 scales are copied next to the
+// tile and applied to the scores (K) and the probabilities (V).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/attention/kernel_smem.cuh"
+#include "cuda/attention/params.cuh"
+#include "cuda/attention/ptx.cuh"
+#include "msa/numeric.hpp"
+
+namespace msa::cuda::attention {
+
+template <KvKind kKind, bool kF16>
+struct Stager {
+  using L = SmemLayout<kKind>;
+  unsigned char* smem;
+  const AttendParams& p;
+  int head;
+  int tid;
+
+  __device__ std::uint32_t k_tile(int stage) const {
+    if constexpr (L::kConverted) return smem_u32(smem + L::kTile);
+    else return smem_u32(smem + L::kRaw + stage * L::kRawBytes);
+  }
+  __device__ std::uint32_t v_tile(int stage) const { return k_tile(stage) + kTileBytes; }
+  // Per-token scales in use (fp8 per_token_head), else null.
+  //   [128] floats each
+  __device__ const float* k_token_scales() const {
+    return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) : nullptr;
+  }
+  __device__ const float* v_token_scales() const {
+    return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) + kBlockKeys
+                                 : nullptr;
+  }
+
+  // nvfp4: the table byte -> (e2m1(low nibble), e2m1(high nibble)) in the MMA type.
+  __device__ void build_lut() const {
+    if constexpr (kKind == KvKind::nvfp4) {
+      auto* lut = reinterpret_cast<std::uint32_t*>(smem + L::kLut);
+      for (int b = tid; b < 256; b += kThreads)
+        lut[b] = pack2<kF16>(num::e2m1_to_float(std::uint8_t(b & 15)),
+                             num::e2m1_to_float(std::uint8_t(b >> 4)));
+    }
+  }
+
+  // Starts the copies of block `page` (keys [0, valid_keys) read, the rest
+  // zero-filled) into raw stage `stage`.
+  __device__ void issue(int stage, std::int64_t page, int valid_keys) const {
+    const std::uint32_t dst = smem_u32(smem + L::kRaw + stage * L::kRawBytes);
+    if constexpr (kKind == KvKind::half) {
+      const std::int64_t base = page * p.page_stride + std::int64_t(head) * p.head_stride;
+      const unsigned char* k = p.k_base + base * 2;
+      const unsigned char* v = p.v_base + base * 2;
+      const std::int64_t tstride = p.token_stride * 2;
+#pragma unroll 4
+      for (int i = 0; i < kBlockKeys * 16 / kThreads; ++i) {
+        const int id = tid + i * kThreads;
+        const int token = id >> 4, c = id & 15;
+        const int bytes = token < valid_keys ? 16 : 0;
+        const std::int64_t off = bytes ? token * tstride + c * 16 : 0;
+        cp_async16_zfill(dst + tile_offset(token, c), k + off, bytes);
+        cp_async16_zfill(dst + kTileBytes + tile_offset(token, c), v + off, bytes);
+      }
+    } else if constexpr (kKind == KvKind::nvfp4) {
+      // K slot then V slot: one contiguous run of 2 x 9216 bytes.
+      const unsigned char* src = p.k_base + page * p.page_stride + std::int64_t(2 * head) * kNvfp4SlotBytes;
+#pragma unroll 3
+      for (int i = 0; i < 2 * kNvfp4SlotBytes / 16 / kThreads; ++i) {
+        const int id = tid + i * kThreads;
+        // Chunks [0, 512) are data (4 per token), [512, 576) scales (2 tokens
+        // each); the same for V from 576.
+        const int in_slot = id < 576 ? id : id - 576;
+        const int token = in_slot < 512 ? in_slot >> 2 : (in_slot - 512) * 2;
+        const int bytes = token < valid_keys ? 16 : 0;
+        cp_async16_zfill(dst + id * 16, src + (bytes ? id * 16 : 0), bytes);
+      }
+    } else {
+      const std::int64_t base = page * p.page_stride + std::int64_t(head) * p.head_stride;
+      const unsigned char* k = p.k_base + base;
+      const unsigned char* v = p.v_base + base;
+#pragma unroll 4
+      for (int i = 0; i < kBlockKeys * 8 / kThreads; ++i) {
+        const int id = tid + i * kThreads;
+        const int token = id >> 3, c = id & 7;
+        const int bytes = token < valid_keys ? 16 : 0;
+        const std::int64_t off = bytes ? token * p.token_stride + c * 16 : 0;
+        cp_async16_zfill(dst + token * kDim + c * 16, k + off, bytes);
+        cp_async16_zfill(dst + kFp8RawBytes + token * kDim + c * 16, v + off, bytes);
+      }
+      if (p.k_scales != nullptr) {
+        const std::uint32_t sdst = smem_u32(smem + L::kRawScales + stage * 2 * kBlockKeys * 4);
+        const int token = tid;  // kThreads == kBlockKeys
+        const int bytes = token < valid_keys ? 4 : 0;
+        const std::int64_t at = bytes ? (page * kBlockKeys + token) * p.num_kv_heads + head : 0;
+        cp_async4_zfill(sdst + token * 4, p.k_scales + at, bytes);
+        cp_async4_zfill(sdst + (kBlockKeys + token) * 4, p.v_scales + at, bytes);
+      }
+    }
+  }
+
+  // Widens raw stage `stage` into the tile (converted kinds; no-op for half).
+  // Call after the stage's copies landed and a __syncthreads.
+  __device__ void widen(int stage, int valid_keys) const {
+    if constexpr (kKind == KvKind::e4m3 || kKind == KvKind::e5m2) {
+      const unsigned char* raw = smem + L::kRaw + stage * L::kRawBytes;
+      unsigned char* tile = smem + L::kTile;
+#pragma unroll 8
+      for (int i = 0; i < 2 * kBlockKeys * 16 / kThreads; ++i) {
+        const int id = tid + i * kThreads;
+        const int tensor = id >> 11, token = (id >> 4) & 127, c = id & 15;
+        uint4 o = make_uint4(0, 0, 0, 0);
+        if (token < valid_keys) {
+          const uint2 codes =
+              *reinterpret_cast<const uint2*>(raw + tensor * kFp8RawBytes + token * kDim + c * 8);
+          o.x = widen_fp8(std::uint16_t(codes.x & 0xffffu));
+          o.y = widen_fp8(std::uint16_t(codes.x >> 16));
+          o.z = widen_fp8(std::uint16_t(codes.y & 0xffffu));
+          o.w = widen_fp8(std::uint16_t(codes.y >> 16));
+        }
+        *reinterpret_cast<uint4*>(tile + tensor * kTileBytes + tile_offset(token, c)) = o;
+      }
+      if (p.k_scales != nullptr) {
+        const float* raw_scales = reinterpret_cast<const float*>(smem + L::kRawScales) + stage * 2 * kBlockKeys;
+        float* cur = reinterpret_cast<float*>(smem + L::kCurScales);
+        const bool ok = tid < valid_keys;
+        cur[tid] = ok ? raw_scales[tid] : 0.0f;
+        cur[kBlockKeys + tid] = ok ? raw_scales[kBlockKeys + tid] : 0.0f;
+      }
+    } else if constexpr (kKind == KvKind::nvfp4) {
+      const unsigned char* raw = smem + L::kRaw + stage * L::kRawBytes;
+      unsigned char* tile = smem + L::kTile;
+      const auto* lut = reinterpret_cast<const std::uint32_t*>(smem + L::kLut);
+#pragma unroll 2
+      for (int i = 0; i < 2 * kBlockKeys * 4 / kThreads; ++i) {
+        const int id = tid + i * kThreads;
+        const int tensor = id >> 9, token = (id >> 2) & 127, quarter = id & 3;
+        const unsigned char* slot = raw + tensor * kNvfp4SlotBytes;
+        unsigned char* row = tile + tensor * kTileBytes;
+        if (token >= valid_keys) {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            *reinterpret_cast<uint4*>(row + tile_offset(token, 4 * quarter + j)) = make_uint4(0, 0, 0, 0);
+          continue;
+        }
+        const uint4 d = *reinterpret_cast<const uint4*>(slot + token * 64 + quarter * 16);
+        const std::uint16_t sc = *reinterpret_cast<const std::uint16_t*>(slot + 8192 + token * 8 + quarter * 2);
+        const std::uint32_t sf = f16x2_to_mma<kF16>(e4m3x2_to_f16x2(sc));
+        const std::uint32_t s0 = (sf & 0xffffu) * 0x10001u;  // group 2*quarter, both halves
+        const std::uint32_t s1 = (sf >> 16) * 0x10001u;      // group 2*quarter + 1
+        const std::uint32_t words[4] = {d.x, d.y, d.z, d.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const std::uint32_t wd = words[j];
+          const std::uint32_t s = j < 2 ? s0 : s1;
+          uint4 o;
+          o.x = mul2<kF16>(lut[wd & 0xffu], s);
+          o.y = mul2<kF16>(lut[(wd >> 8) & 0xffu], s);
+          o.z = mul2<kF16>(lut[(wd >> 16) & 0xffu], s);
+          o.w = mul2<kF16>(lut[wd >> 24], s);
+          *reinterpret_cast<uint4*>(row + tile_offset(token, 4 * quarter + j)) = o;
+        }
+      }
+    }
+  }
+
+ private:
+  __device__ static std::uint32_t widen_fp8(std::uint16_t two_codes) {
+    if constexpr (kKind == KvKind::e4m3) return f16x2_to_mma<kF16>(e4m3x2_to_f16x2(two_codes));
+    else return f16x2_to_mma<kF16>(e5m2x2_to_f16x2(two_codes));
+  }
+};
+
+}  // namespace msa::cuda::attention

@@ -1,0 +1,31 @@
+// Launchers of the attention kernels, one translation unit per KV kind
+// (instance_*.cu) so that they compile in parallel; attend.cu dispatches.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention/params.cuh"
+
+namespace msa::cuda::attention {
+
+// The attention kernel over `ctas` CTAs. kF16: fp16 MMA (else bf16).
+template <KvKind kKind, bool kF16>
+void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream);
+
+extern template void launch_attend<KvKind::half, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void launch_attend<KvKind::half, true>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void launch_attend<KvKind::e4m3, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void launch_attend<KvKind::e4m3, true>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void launch_attend<KvKind::e5m2, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void launch_attend<KvKind::e5m2, true>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void launch_attend<KvKind::nvfp4, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void launch_attend<KvKind::nvfp4, true>(const AttendParams&, std::int64_t, cudaStream_t);
+
+// Merges the fp32 partials of tokens [token_begin, token_end) (each with
+// `splits` partials) into the output and lse.
+void launch_combine(const AttendParams& p, int token_begin, int token_end, int splits,
+                    cudaStream_t stream);
+
+}  // namespace msa::cuda::attention

@@ -1,0 +1,85 @@
+// The one flat parameter struct of the attention kernels (built by attend.cu
+// from the plan, the step and the arguments) and the compile-time choices of
+// a kernel instance.
+#pragma once
+
+#include <cstdint>
+
+namespace msa::cuda::attention {
+
+// How the KV cache is staged into shared memory.
+enum class KvKind : int {
+  half,   // bf16 / fp16 cache read as is (its dtype is the MMA dtype)
+  e4m3,   // fp8 e4m3 codes, widened to the MMA dtype while staging
+  e5m2,   // fp8 e5m2 codes, widened likewise
+  nvfp4,  // e2m1 codes x e4m3 group scales (contract 4.3), widened likewise
+};
+
+// Query element types (runtime: the query is converted once per CTA).
+enum QueryKind : int { kQueryBf16 = 0, kQueryFp16 = 1, kQueryE4m3 = 2 };
+
+inline constexpr int kThreads = 128;      // 4 warps per CTA
+inline constexpr int kRows = 16;          // query rows per CTA (a GQA group, padded)
+inline constexpr int kBlockKeys = 128;    // keys per selected block (= page size)
+inline constexpr int kDim = 128;          // head dim
+inline constexpr int kMaxEntries = 64;    // largest top-k
+
+struct AttendParams {
+  // ---- queries and outputs ----
+  const void* q = nullptr;  // [num_tokens, num_q_heads, 128] q_kind
+  int q_kind = kQueryBf16;
+  void* out = nullptr;      // [num_tokens, num_q_heads, 128] bf16 or fp16 (out_fp16)
+  int out_fp16 = 0;
+  float* lse = nullptr;     // [num_tokens, num_q_heads] natural log; may be null
+  float* partial_out = nullptr;  // [partial_tokens, num_q_heads, max_splits, 128] fp32
+  float* partial_lse = nullptr;  // [partial_tokens, num_q_heads, max_splits] fp32
+  int max_splits = 1;
+  int num_q_heads = 0;
+  int num_kv_heads = 0;
+  int group = 1;            // query heads per KV head, 1..16
+  // scale * log2(e) * (per-tensor K scale or nvfp4 K global scale) * q_scale
+  float score_scale_log2 = 0.0f;
+  // per-tensor V scale or nvfp4 V global scale (1 otherwise)
+  float out_scale = 1.0f;
+
+  // ---- the step (device copies) ----
+  int num_tokens = 0;
+  int num_decode_tokens = 0;
+  int num_requests = 0;
+  const std::int32_t* query_start = nullptr;    // [num_requests + 1]
+  const std::int32_t* seq_lens = nullptr;       // [num_requests]
+  const std::int32_t* token_request = nullptr;  // [num_tokens]
+
+  // ---- top-k: entry (t, h, k) at topk[t * topk_token_stride + h * topk_head_stride + k] ----
+  const std::int32_t* topk = nullptr;
+  std::int64_t topk_token_stride = 0;
+  std::int64_t topk_head_stride = 0;
+  int topk_count = 0;
+
+  // ---- KV cache ----
+  // half / fp8: K element (page, head, token, d) at k_base[page*page_stride +
+  // head*head_stride + token*token_stride + d] (elements of the cache dtype).
+  // nvfp4: k_base is the byte base, page_stride bytes; head strides unused.
+  const unsigned char* k_base = nullptr;
+  const unsigned char* v_base = nullptr;
+  std::int64_t page_stride = 0;
+  std::int64_t head_stride = 0;
+  std::int64_t token_stride = 0;
+  std::int64_t num_pages = 0;
+  const float* k_scales = nullptr;  // per_token_head fp8: [num_pages * 128, num_kv_heads]; else null
+  const float* v_scales = nullptr;  // per_token_head fp8: [num_pages * 128, num_kv_heads]; else null
+
+  // ---- block table: page of (request r, block b) at table[r * table_stride + b] ----
+  const std::int32_t* table = nullptr;
+  std::int64_t table_stride = 0;
+  int table_rows = 0;
+  int table_cols = 0;
+
+  // ---- work split ----
+  int decode_splits = 1;
+  int prefill_splits = 1;
+
+  std::int64_t* check = nullptr;  // [8] DeviceCheck buffer, or null
+};
+
+}  // namespace msa::cuda::attention

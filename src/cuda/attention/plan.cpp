@@ -1,0 +1,109 @@
+// Plan step of the CUDA sparse attention: validates the shape, chooses the
+// split-K factors (heuristics.hpp) and lays out the caller's workspace. The
+// plan depends only on the shape and the token counts, never on sequence
+// lengths, top-k lists or block tables, so a captured decode graph stays valid
+// while those change.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/attention/heuristics.hpp"
+#include "cuda/attention/plan_internal.hpp"
+#include "cuda/common/check.cuh"
+#include "msa/common.hpp"
+#include "msa/cuda.hpp"
+#include "msa/error.hpp"
+
+namespace msa::cuda {
+namespace attention {
+
+void check_shape(const AttentionShape& s) {
+  MSA_CHECK(s.num_kv_heads >= 1, "attention shape: num_kv_heads = ", s.num_kv_heads,
+            " but must be at least 1");
+  MSA_CHECK(s.num_q_heads >= 1 && s.num_q_heads % s.num_kv_heads == 0,
+            "attention shape: num_q_heads = ", s.num_q_heads,
+            " is not a positive multiple of num_kv_heads = ", s.num_kv_heads);
+  const int group = s.num_q_heads / s.num_kv_heads;
+  MSA_CHECK(group <= kMaxGroup, "attention shape: GQA group num_q_heads / num_kv_heads = ", group,
+            " but at most ", kMaxGroup, " is supported");
+  MSA_CHECK(s.topk >= 1 && s.topk <= kMaxTopk, "attention shape: topk = ", s.topk,
+            " is not in [1, ", kMaxTopk, "]");
+  MSA_CHECK(is_half(s.q_dtype) || s.q_dtype == DType::fp8_e4m3, "attention shape: q_dtype = ",
+            dtype_name(s.q_dtype), " but queries are bf16, fp16 or fp8_e4m3");
+  MSA_CHECK(is_half(s.out_dtype), "attention shape: out_dtype = ", dtype_name(s.out_dtype),
+            " but outputs are bf16 or fp16");
+  MSA_CHECK(!is_half(s.q_dtype) || s.out_dtype == s.q_dtype, "attention shape: out_dtype = ",
+            dtype_name(s.out_dtype), " but a ", dtype_name(s.q_dtype),
+            " query gives an output of the same dtype");
+  MSA_CHECK(is_half(s.kv_dtype) || is_fp8(s.kv_dtype) || s.kv_dtype == DType::nvfp4,
+            "attention shape: kv_dtype = ", dtype_name(s.kv_dtype),
+            " but the KV cache is bf16, fp16, fp8_e4m3, fp8_e5m2 or nvfp4");
+}
+
+int device_sm_count() {
+  int device = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  int sms = 0;
+  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+namespace {
+
+void check_meta(const BatchMetadata& meta) {
+  MSA_CHECK(meta.num_tokens >= 0 && meta.num_decode_tokens >= 0 &&
+                meta.num_decode_tokens <= meta.num_tokens,
+            "attention plan: num_decode_tokens = ", meta.num_decode_tokens,
+            " is not in [0, num_tokens = ", meta.num_tokens, "]");
+}
+
+Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
+  return choose_step_splits(meta.num_tokens, meta.num_decode_tokens, shape.num_kv_heads,
+                            shape.topk, device_sm_count());
+}
+
+}  // namespace
+}  // namespace attention
+
+std::size_t attention_workspace_bytes(const BatchMetadata& meta, const AttentionShape& shape) {
+  attention::check_shape(shape);
+  attention::check_meta(meta);
+  const attention::Splits splits = attention::step_splits(meta, shape);
+  return attention::workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads,
+                                     splits)
+      .bytes;
+}
+
+AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
+                             std::size_t workspace_bytes, Stream /*stream*/) {
+  attention::check_shape(shape);
+  attention::check_meta(meta);
+  const attention::Splits splits = attention::step_splits(meta, shape);
+  const attention::WorkspaceLayout layout =
+      attention::workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, splits);
+  MSA_CHECK(workspace_bytes >= layout.bytes, "attention plan: workspace_bytes = ", workspace_bytes,
+            " but the plan needs ", layout.bytes, " (", layout.partial_tokens, " tokens x ",
+            shape.num_q_heads, " heads x ", layout.max_splits, " splits of fp32 partials)");
+  MSA_CHECK(layout.bytes == 0 || workspace != nullptr, "attention plan: workspace is null but ",
+            layout.bytes, " bytes are needed");
+  MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % 16 == 0,
+            "attention plan: workspace must be 16-byte aligned");
+
+  AttentionPlan plan;
+  plan.shape = shape;
+  plan.num_tokens = meta.num_tokens;
+  plan.num_decode_tokens = meta.num_decode_tokens;
+  plan.decode_splits = splits.decode;
+  plan.prefill_splits = splits.prefill;
+  plan.workspace = workspace;
+  plan.workspace_bytes = workspace_bytes;
+  if (layout.bytes > 0) {
+    auto* base = static_cast<unsigned char*>(workspace);
+    plan.partial_out = reinterpret_cast<float*>(base + layout.out_offset);
+    plan.partial_lse = reinterpret_cast<float*>(base + layout.lse_offset);
+  }
+  return plan;
+}
+
+}  // namespace msa::cuda

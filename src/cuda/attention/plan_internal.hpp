@@ -1,0 +1,13 @@
+// Host helpers shared by the plan (plan.cpp) and the run step (attend.cu).
+#pragma once
+
+#include "msa/cuda.hpp"
+
+namespace msa::cuda::attention {
+
+// Throws msa::Error naming the first unsupported field of the shape.
+void check_shape(const AttentionShape& shape);
+// Streaming multiprocessors of the current device.
+int device_sm_count();
+
+}  // namespace msa::cuda::attention

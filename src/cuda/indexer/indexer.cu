@@ -1,0 +1,118 @@
+// Public entry points of the CUDA indexer: index() = block scores (scores.cu)
+// then the top-k selection (select.cu); select_topk() = the selection alone.
+// Host work is shape checks and launch geometry only: no allocation, no host
+// synchronization, so a decode step can be captured in a CUDA graph.
+#include <algorithm>
+#include <cstdint>
+
+#include "core/checks.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/indexer/indexer_kernels.cuh"
+#include "msa/common.hpp"
+#include "msa/cuda.hpp"
+#include "msa/error.hpp"
+
+namespace msa::cuda {
+namespace {
+
+constexpr std::size_t kWorkspaceAlign = 256;
+constexpr std::int32_t kDecodeBlocksPerSplit = 16;   // 4 per warp
+constexpr std::int32_t kPrefillBlocksPerSplit = 32;  // each warp walks all of them
+
+std::size_t scores_bytes(std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t max_blocks) {
+  const std::size_t b = std::size_t(num_tokens) * std::size_t(num_kv_heads) * std::size_t(max_blocks) *
+                        sizeof(float);
+  return (b + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
+
+bool aligned(const void* p, std::size_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+
+void check_select_numbers(const TopkView& out, std::int32_t init_blocks, std::int32_t local_blocks,
+                          std::int32_t max_blocks) {
+  MSA_CHECK(out.topk >= 1 && out.topk <= kMaxTopk, "indexer: out.topk = ", out.topk,
+            " is outside [1, ", kMaxTopk, "]");
+  MSA_CHECK(init_blocks >= 0 && local_blocks >= 0, "indexer: init_blocks = ", init_blocks,
+            ", local_blocks = ", local_blocks, " must not be negative");
+  MSA_CHECK(init_blocks + local_blocks <= out.topk, "indexer: init_blocks + local_blocks = ",
+            init_blocks, " + ", local_blocks, " exceeds out.topk = ", out.topk);
+  MSA_CHECK(max_blocks >= 0, "indexer: max_blocks = ", max_blocks, " is negative");
+}
+
+}  // namespace
+
+std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_heads,
+                                  std::int32_t max_blocks) {
+  MSA_CHECK(num_tokens >= 0 && num_kv_heads >= 0 && max_blocks >= 0,
+            "index_workspace_bytes: num_tokens = ", num_tokens, ", num_kv_heads = ", num_kv_heads,
+            ", max_blocks = ", max_blocks, " must not be negative");
+  return scores_bytes(num_tokens, num_kv_heads, max_blocks);
+}
+
+void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, void* workspace,
+           std::size_t workspace_bytes, Stream stream, const DeviceCheck& check) {
+  check::indexer_shape(step, args);
+  check_select_numbers(args.out, args.init_blocks, args.local_blocks, max_blocks);
+  if (step.num_tokens == 0) return;
+  const std::int64_t H = args.num_kv_heads;
+  const std::size_t need = scores_bytes(step.num_tokens, H, max_blocks);
+  MSA_CHECK(workspace_bytes >= need, "indexer: workspace_bytes = ", workspace_bytes, " but ",
+            step.num_tokens, " tokens x ", H, " KV heads x ", max_blocks, " blocks need ", need);
+  MSA_CHECK(workspace != nullptr || need == 0, "indexer: workspace is null");
+  MSA_CHECK(aligned(workspace, 16), "indexer: workspace is not 16-byte aligned");
+  MSA_CHECK(aligned(args.index_q, 16), "indexer: index_q is not 16-byte aligned");
+  const std::int64_t eb = args.cache.dtype == DType::fp8_e4m3 ? 1 : 2;
+  MSA_CHECK(aligned(args.cache.base, 16) && (args.cache.page_stride * eb) % 16 == 0,
+            "indexer: the index cache base and page_stride (", args.cache.page_stride,
+            " elements) must be 16-byte aligned");
+  auto* scores = static_cast<float*>(workspace);  // [num_tokens, H, max_blocks]
+  const std::int32_t block_limit = std::min(max_blocks, args.block_table.max_blocks);
+  const auto s = static_cast<cudaStream_t>(stream);
+
+  // Decode (and verify) rows: one unit per request, the 4 warps of a CTA on one
+  // tile, blocks interleaved between them and split over grid.y.
+  const std::int64_t decode_rows = std::int64_t(step.num_decode_tokens) * H;
+  if (decode_rows > 0) {
+    indexer::ScoreLaunch l;
+    l.row_begin = 0;
+    l.row_end = decode_rows;
+    l.unit_rows = std::int64_t(step.decode_query_len) * H;
+    l.tiles_per_unit = (l.unit_rows + 15) / 16;
+    l.num_tiles = std::int64_t(step.num_decodes) * l.tiles_per_unit;
+    l.tiles_per_cta = 1;
+    l.blocks_per_split = kDecodeBlocksPerSplit;
+    indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check.buffer, s);
+  }
+  // Prefill rows: consecutive 16-row tiles (a tile may span short requests),
+  // four tiles per CTA walking the same blocks.
+  const std::int64_t all_rows = std::int64_t(step.num_tokens) * H;
+  if (all_rows > decode_rows) {
+    indexer::ScoreLaunch l;
+    l.row_begin = decode_rows;
+    l.row_end = all_rows;
+    l.unit_rows = all_rows - decode_rows;
+    l.tiles_per_unit = (l.unit_rows + 15) / 16;
+    l.num_tiles = l.tiles_per_unit;
+    l.tiles_per_cta = 4;
+    l.blocks_per_split = kPrefillBlocksPerSplit;
+    indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check.buffer, s);
+  }
+  indexer::launch_select(step, scores, scores, max_blocks, block_limit, args.num_kv_heads, args.out,
+                         args.init_blocks, args.local_blocks, s);
+}
+
+void select_topk(const StepView& step, const float* scores, std::int32_t max_blocks,
+                 const IndexerArgs& args, Stream stream) {
+  check::step_shape(step);
+  check_select_numbers(args.out, args.init_blocks, args.local_blocks, max_blocks);
+  MSA_CHECK(args.num_kv_heads >= 1, "select_topk: num_kv_heads = ", args.num_kv_heads,
+            " but at least 1 is needed");
+  if (step.num_tokens == 0) return;
+  MSA_CHECK(scores != nullptr, "select_topk: scores is null");
+  MSA_CHECK(args.out.data != nullptr, "select_topk: out.data is null");
+  indexer::launch_select(step, scores, nullptr, max_blocks, max_blocks, args.num_kv_heads, args.out,
+                         args.init_blocks, args.local_blocks, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace msa::cuda

@@ -1,0 +1,54 @@
+// Internal launchers of the CUDA indexer: the block-score kernel (scores.cu)
+// and the top-k selection kernel (select.cu). indexer.cu holds the public entry
+// points and the host-side checks.
+//
+// Rows: the indexer works on rows row = t * num_kv_heads + h (one per query
+// token and KV head); the index queries [num_tokens, H, 128] and the scores
+// [num_tokens, H, max_blocks] are both row-major over these rows.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "msa/batch.hpp"
+#include "msa/ops.hpp"
+
+namespace msa::cuda::indexer {
+
+// How one launch of the score kernel cuts its rows into 16-row warp tiles.
+// Rows [row_begin, row_end) are grouped in units of `unit_rows` (a decode
+// request's rows, or all prefill rows); a tile never crosses a unit.
+struct ScoreLaunch {
+  std::int64_t row_begin = 0;
+  std::int64_t row_end = 0;
+  std::int64_t unit_rows = 0;
+  std::int64_t tiles_per_unit = 0;
+  std::int64_t num_tiles = 0;
+  // 1: the 4 warps of a CTA share one tile and interleave its blocks (decode);
+  // 4: each warp takes its own tile and all warps walk the same blocks (prefill).
+  int tiles_per_cta = 1;
+  std::int32_t blocks_per_split = 16;  // blocks per CTA along grid.y
+};
+
+// Scores of the rows of one launch: for each row and each block b <= the row's
+// last block (p / 128, capped at block_limit - 1), the NaN-lowest max over the
+// visible keys of dot(index_q, index_k); -inf for b beyond the row's last block
+// up to the tile's last block. Columns the launch does not reach are left for
+// the selection kernel's tail fill.
+//   scores: [num_tokens, num_kv_heads, max_blocks]
+//   check:  [8] DeviceCheck buffer or null
+void launch_block_scores(const StepView& step, const IndexerArgs& args, float* scores,
+                         std::int32_t max_blocks, std::int32_t block_limit, const ScoreLaunch& launch,
+                         std::int64_t* check, cudaStream_t stream);
+
+// Top-k of every row from its scores (msa/select.hpp order, bit-identical to
+// cpu::select_row). When `fill` is not null, fill[row, b] = -inf for the
+// columns b beyond the row's last block (fill may alias scores).
+//   scores: [num_tokens, num_kv_heads, max_blocks]
+//   fill:   [num_tokens, num_kv_heads, max_blocks] or null
+void launch_select(const StepView& step, const float* scores, float* fill, std::int32_t max_blocks,
+                   std::int32_t block_limit, std::int32_t num_kv_heads, const TopkView& out,
+                   std::int32_t init_blocks, std::int32_t local_blocks, cudaStream_t stream);
+
+}  // namespace msa::cuda::indexer

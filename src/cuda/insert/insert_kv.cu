@@ -1,0 +1,159 @@
+// K/V insert into the paged main cache (contract 2 step 1, sections 3-4), bit-
+// identical to cpu::insert_kv: the conversions are the MSA_HD ones of
+// msa/numeric.hpp, run on the device.
+//
+// Work split: one warp per (token, KV head); lanes 0-15 take K, lanes 16-31 take
+// V, each lane 8 consecutive elements (one 16-byte load of the bf16/fp16 source).
+// Row reductions (per_token_head amax, nvfp4 group amax) are shuffles inside the
+// 16-lane half. Every store is vectorized when the address allows it.
+#include <cstdint>
+
+#include "core/checks.hpp"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_check.cuh"
+#include "cuda/insert/insert_util.cuh"
+#include "msa/cuda.hpp"
+#include "msa/error.hpp"
+#include "msa/numeric.hpp"
+
+namespace msa::cuda {
+namespace {
+
+using insert_detail::kDstBf16;
+using insert_detail::kDstE4m3;
+using insert_detail::kDstE5m2;
+using insert_detail::kDstFp16;
+using insert_detail::kDstNvfp4;
+
+struct InsertKVParams {
+  KVCacheView cache;
+  const std::uint16_t* k = nullptr;  // [num_tokens, num_kv_heads, 128] bf16/fp16 bits
+  const std::uint16_t* v = nullptr;  // [num_tokens, num_kv_heads, 128] bf16/fp16 bits
+  const std::int64_t* slots = nullptr;  // [num_tokens]
+  std::int64_t num_tokens = 0;
+  std::int64_t* check = nullptr;  // [8] DeviceCheck buffer or null
+};
+
+constexpr int kThreads = 256;
+
+// Quantizes 8 elements (8c .. 8c+7 of one row) into an nvfp4 head slot: 4 data
+// bytes and, from even lanes, the scale byte of the 16-element group.
+//   slot: byte base of the (page, head, K|V) slot
+__device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, int c,
+                                            std::int64_t token, std::uint8_t* slot) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the other half of the group
+  const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
+  std::uint32_t bytes = 0;
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    const std::uint32_t lo = num::nvfp4_encode(x[e], sf, global_scale);
+    const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
+    bytes |= (lo | (hi << 4)) << (4 * e);
+  }
+  insert_detail::store_bytes4(slot + nvfp4::data_offset(token, 4 * c), bytes);
+  if ((c & 1) == 0) slot[nvfp4::scale_offset(token, c >> 1)] = sf;
+}
+
+template <int Src, int Dst>
+__global__ void __launch_bounds__(kThreads) insert_kv_kernel(const InsertKVParams p) {
+  const std::int64_t gid = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  const std::int64_t pair = gid >> 5;  // (token, head), one per warp
+  const int H = p.cache.num_kv_heads;
+  if (pair >= p.num_tokens * H) return;  // whole warps leave together
+  const int lane = threadIdx.x & 31;
+  const int is_v = lane >> 4;
+  const int c = lane & 15;  // elements 8c .. 8c+7
+  const std::int64_t i = pair / H;
+  const std::int64_t h = pair - i * H;
+  const std::int64_t slot = p.slots[i];
+  if (slot < 0) return;  // padding
+  if (slot >= p.cache.num_pages * kBlockSize) {
+    if (h == 0 && lane == 0)
+      detail::record_bad(p.check, detail::kBadSlot, i, 0, 0, slot, p.cache.num_pages);
+    return;
+  }
+  const std::int64_t page = slot / kBlockSize;
+  const std::int64_t token = slot - page * kBlockSize;
+
+  float x[8];
+  insert_detail::load8<Src>((is_v ? p.v : p.k) + pair * kHeadDim + 8 * c, x);
+
+  if constexpr (Dst == kDstNvfp4) {
+    auto* slot_base = static_cast<std::uint8_t*>(p.cache.k) + nvfp4::slot_offset(p.cache, page, h, is_v);
+    store_nvfp4(x, is_v ? p.cache.v_scale : p.cache.k_scale, c, token, slot_base);
+  } else {
+    float scale = 1.0f;
+    if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {
+      if (p.cache.scale_mode == ScaleMode::per_tensor) {
+        scale = is_v ? p.cache.v_scale : p.cache.k_scale;
+      } else if (p.cache.scale_mode == ScaleMode::per_token_head) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+#pragma unroll
+        for (int m = 8; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        constexpr float kFp8Max = Dst == kDstE4m3 ? 448.0f : 57344.0f;
+        scale = amax == 0.0f ? 1.0f : amax / kFp8Max;
+        if (c == 0) (is_v ? p.cache.v_scales : p.cache.k_scales)[p.cache.scale_index(page, h, token)] = scale;
+      }
+    }
+    void* base = is_v ? p.cache.v : p.cache.k;
+    insert_detail::store8<Dst>(base, p.cache.offset(page, h, token, 8 * c), x, scale);
+  }
+}
+
+template <int Src>
+void launch_kv(const InsertKVParams& p, int dst, cudaStream_t stream) {
+  const std::int64_t threads = p.num_tokens * p.cache.num_kv_heads * 32;
+  const dim3 grid(static_cast<unsigned>((threads + kThreads - 1) / kThreads));
+  switch (dst) {
+    case kDstBf16: insert_kv_kernel<Src, kDstBf16><<<grid, kThreads, 0, stream>>>(p); break;
+    case kDstFp16: insert_kv_kernel<Src, kDstFp16><<<grid, kThreads, 0, stream>>>(p); break;
+    case kDstE4m3: insert_kv_kernel<Src, kDstE4m3><<<grid, kThreads, 0, stream>>>(p); break;
+    case kDstE5m2: insert_kv_kernel<Src, kDstE5m2><<<grid, kThreads, 0, stream>>>(p); break;
+    default: insert_kv_kernel<Src, kDstNvfp4><<<grid, kThreads, 0, stream>>>(p); break;
+  }
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, Stream stream,
+               const DeviceCheck& check) {
+  check::insert_kv_shape(cache, args);
+  MSA_CHECK(args.src_dtype == DType::bf16 || args.src_dtype == DType::fp16,
+            "insert_kv: src_dtype = ", dtype_name(args.src_dtype), " must be bf16 or fp16");
+  const int dst = insert_detail::dst_tag(cache.dtype, "insert_kv: cache.dtype");
+  MSA_CHECK(args.num_tokens >= 0, "insert_kv: num_tokens = ", args.num_tokens, " is negative");
+  MSA_CHECK(cache.num_kv_heads >= 1, "insert_kv: cache.num_kv_heads = ", cache.num_kv_heads,
+            " must be >= 1");
+  if (args.num_tokens == 0) return;
+  MSA_CHECK(args.k != nullptr && args.v != nullptr && args.slots != nullptr,
+            "insert_kv: k, v and slots must not be null (", args.num_tokens, " tokens)");
+  MSA_CHECK(cache.k != nullptr && cache.v != nullptr, "insert_kv: cache.k / cache.v is null");
+  if (cache.scale_mode == ScaleMode::per_token_head && cache.dtype != DType::nvfp4) {
+    MSA_CHECK(is_fp8(cache.dtype), "insert_kv: scale_mode per_token_head needs an fp8 cache, not ",
+              dtype_name(cache.dtype));
+    MSA_CHECK(cache.k_scales != nullptr && cache.v_scales != nullptr,
+              "insert_kv: scale_mode per_token_head but cache.k_scales / v_scales is null");
+  }
+  const std::int64_t threads = args.num_tokens * cache.num_kv_heads * 32;
+  MSA_CHECK((threads + kThreads - 1) / kThreads < (std::int64_t(1) << 31),
+            "insert_kv: num_tokens = ", args.num_tokens, " is too large for one launch");
+
+  InsertKVParams p;
+  p.cache = cache;
+  p.k = static_cast<const std::uint16_t*>(args.k);
+  p.v = static_cast<const std::uint16_t*>(args.v);
+  p.slots = args.slots;
+  p.num_tokens = args.num_tokens;
+  p.check = check.buffer;
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (args.src_dtype == DType::bf16) launch_kv<insert_detail::kSrcBf16>(p, dst, s);
+  else launch_kv<insert_detail::kSrcFp16>(p, dst, s);
+}
+
+}  // namespace msa::cuda

@@ -1,0 +1,116 @@
+// Small pieces shared by the insert kernels: 8-element loads of a bf16/fp16
+// source and 8-element stores into a bf16/fp16/fp8 cache row, 16- or 8-byte
+// wide when the address is aligned (views may have any strides), element-wise
+// otherwise. Conversions are the bit-exact ones of msa/numeric.hpp.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "msa/dtype.hpp"
+#include "msa/error.hpp"
+#include "msa/numeric.hpp"
+
+namespace msa::cuda::insert_detail {
+
+// Source dtype tags.
+inline constexpr int kSrcBf16 = 0;
+inline constexpr int kSrcFp16 = 1;
+// Cache dtype tags.
+inline constexpr int kDstBf16 = 0;
+inline constexpr int kDstFp16 = 1;
+inline constexpr int kDstE4m3 = 2;
+inline constexpr int kDstE5m2 = 3;
+inline constexpr int kDstNvfp4 = 4;
+
+// The tag of a cache dtype; throws msa::Error naming `what` for any other.
+inline int dst_tag(DType t, const char* what) {
+  switch (t) {
+    case DType::bf16: return kDstBf16;
+    case DType::fp16: return kDstFp16;
+    case DType::fp8_e4m3: return kDstE4m3;
+    case DType::fp8_e5m2: return kDstE5m2;
+    case DType::nvfp4: return kDstNvfp4;
+    default: fail(what, " = ", dtype_name(t), " is not a cache dtype");
+  }
+}
+
+__device__ __forceinline__ bool aligned(const void* p, unsigned bytes) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+template <int Src>
+__device__ __forceinline__ float half_to_float(std::uint16_t h) {
+  if constexpr (Src == kSrcBf16) return num::bf16_to_float(h);
+  else return num::fp16_to_float(h);
+}
+
+// x[e] = src[e] for e < 8, as float.
+//   src: [8] bf16 or fp16 bits
+template <int Src>
+__device__ __forceinline__ void load8(const std::uint16_t* src, float* x) {
+  if (aligned(src, 16)) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src);
+    const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      x[2 * e] = half_to_float<Src>(static_cast<std::uint16_t>(w[e] & 0xFFFFu));
+      x[2 * e + 1] = half_to_float<Src>(static_cast<std::uint16_t>(w[e] >> 16));
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = half_to_float<Src>(src[e]);
+  }
+}
+
+// Element code of x in a packed cache dtype (fp8: x / scale first).
+template <int Dst>
+__device__ __forceinline__ std::uint32_t encode(float x, float scale) {
+  if constexpr (Dst == kDstBf16) return num::float_to_bf16(x);
+  else if constexpr (Dst == kDstFp16) return num::float_to_fp16(x);
+  else if constexpr (Dst == kDstE4m3) return num::float_to_e4m3(x / scale);
+  else return num::float_to_e5m2(x / scale);
+}
+
+// Stores x[0..8) at element offset `off` of a bf16/fp16/fp8 cache base.
+template <int Dst>
+__device__ __forceinline__ void store8(void* base, std::int64_t off, const float* x, float scale) {
+  if constexpr (Dst == kDstBf16 || Dst == kDstFp16) {
+    std::uint16_t* dst = static_cast<std::uint16_t*>(base) + off;
+    std::uint32_t w[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      w[e] = encode<Dst>(x[2 * e], scale) | (encode<Dst>(x[2 * e + 1], scale) << 16);
+    if (aligned(dst, 16)) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        dst[e] = static_cast<std::uint16_t>(w[e >> 1] >> (16 * (e & 1)));
+    }
+  } else {
+    std::uint8_t* dst = static_cast<std::uint8_t*>(base) + off;
+    std::uint32_t w[2] = {0, 0};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w[e >> 2] |= encode<Dst>(x[e], scale) << (8 * (e & 3));
+    if (aligned(dst, 8)) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) dst[e] = static_cast<std::uint8_t>(w[e >> 2] >> (8 * (e & 3)));
+    }
+  }
+}
+
+// Stores 4 bytes (little-endian) at p.
+__device__ __forceinline__ void store_bytes4(std::uint8_t* p, std::uint32_t bytes) {
+  if (aligned(p, 4)) {
+    *reinterpret_cast<std::uint32_t*>(p) = bytes;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) p[e] = static_cast<std::uint8_t>(bytes >> (8 * e));
+  }
+}
+
+}  // namespace msa::cuda::insert_detail

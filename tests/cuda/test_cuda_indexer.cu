@@ -1,0 +1,565 @@
+// GPU indexer against the CPU engine:
+//  - block scores within 1e-3 relative of cpu::block_scores, -inf in the same
+//    places (fp32 on tensor cores vs fp32 FMA chains: close, not identical);
+//  - the GPU top-k bit-identical to cpu::select_row applied to the GPU's own
+//    scores, for every row;
+//  - the GPU top-k equal to cpu::index wherever the selection boundary is
+//    well separated (gap above the score tolerance);
+//  - select_topk() alone on adversarial scores (ties, NaN, -inf, +-0);
+//  - a bad index block-table entry skipped and recorded by the DeviceCheck.
+// Prefill, decode, verify (decode_query_len 2) and padding rows; topk 1/16/64,
+// init 0/1, local 1/2; bf16/fp16 queries, bf16/fp8 keys; shuffled pages.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "msa/batch.hpp"
+#include "msa/cpu.hpp"
+#include "msa/cuda.hpp"
+#include "msa/numeric.hpp"
+
+namespace {
+
+using msa::DType;
+using msa::kBlockSize;
+using msa::kHeadDim;
+using msa::test::DeviceBuffer;
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPoisonKey = 256.0f;  // keys nobody may read: a huge dot if read
+
+struct Shape {
+  std::vector<std::int32_t> query_lens;
+  std::vector<std::int32_t> seq_lens;  // 0: padding request
+  std::int32_t decode_threshold = 1;
+  int heads = 1;
+  int topk = 16, init = 0, local = 1;
+  DType iq = DType::bf16;
+  DType keys = DType::bf16;
+  std::uint64_t seed = 1;
+  std::int64_t spare_pages = 5;
+  std::int64_t shared_pool = 0;  // > 0: tables point into a pool of this many pages (no data check)
+  bool head_major = false;       // write the top-k through a [kv_head, token, topk] view
+  std::string name() const {
+    std::string s = msa::detail::concat("H=", heads, " topk=", topk, " init=", init, " local=", local,
+                                        " iq=", msa::dtype_name(iq), " keys=", msa::dtype_name(keys),
+                                        " seed=", seed, " requests(q/seq)=");
+    for (std::size_t r = 0; r < query_lens.size(); ++r)
+      s += msa::detail::concat(r ? "," : "", query_lens[r], "/", seq_lens[r]);
+    return s;
+  }
+};
+
+// Host inputs of one indexer call.
+struct Problem {
+  Shape shape;
+  msa::BatchMetadata meta;
+  std::int64_t num_pages = 0;
+  std::vector<std::uint8_t> cache;  // [num_pages, 128, 128] of shape.keys
+  std::int32_t max_blocks = 0;
+  std::int64_t table_stride = 0;
+  std::vector<std::int32_t> table;  // [num_requests, table_stride]
+  std::vector<std::uint16_t> iq;    // [num_tokens, heads, 128]
+
+  msa::IndexerArgs args(void* iq_at, void* cache_at, const std::int32_t* table_at,
+                        std::int32_t* out_at) const {
+    msa::IndexerArgs a;
+    a.index_q = iq_at;
+    a.iq_dtype = shape.iq;
+    a.num_kv_heads = shape.heads;
+    a.init_blocks = shape.init;
+    a.local_blocks = shape.local;
+    a.cache.dtype = shape.keys;
+    a.cache.base = cache_at;
+    a.cache.num_pages = num_pages;
+    a.block_table = msa::BlockTable{table_at, meta.num_requests, max_blocks, table_stride};
+    a.out = msa::TopkView::token_major(out_at, shape.heads, shape.topk);
+    return a;
+  }
+};
+
+void put_key(Problem& pb, std::int64_t element, float x) {
+  if (pb.shape.keys == DType::bf16) {
+    reinterpret_cast<std::uint16_t*>(pb.cache.data())[element] = msa::num::float_to_bf16(x);
+  } else {
+    pb.cache[element] = msa::num::float_to_e4m3(x);
+  }
+}
+
+Problem make_problem(const Shape& shape) {
+  Problem pb;
+  pb.shape = shape;
+  msa::BatchSpec spec;
+  spec.query_lens = shape.query_lens;
+  spec.seq_lens = shape.seq_lens;
+  spec.decode_threshold = shape.decode_threshold;
+  pb.meta = msa::build_metadata(spec);
+  std::mt19937_64 rng(shape.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+
+  const std::int32_t R = pb.meta.num_requests;
+  std::int64_t used = 0;
+  for (std::int32_t r = 0; r < R; ++r) {
+    pb.max_blocks = std::max(pb.max_blocks, pb.meta.num_blocks(r));
+    used += pb.meta.num_blocks(r);
+  }
+  pb.table_stride = pb.max_blocks + 3;
+  pb.num_pages = shape.shared_pool > 0 ? shape.shared_pool : used + shape.spare_pages;
+  const std::size_t eb = msa::dtype_bytes(shape.keys);
+  pb.cache.assign(std::size_t(pb.num_pages) * kBlockSize * kHeadDim * eb, 0);
+  pb.table.assign(std::size_t(R) * pb.table_stride, -1);
+
+  // Pages: a shuffled pool, or random picks from a shared pool (timing only).
+  std::vector<std::int32_t> perm(pb.num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::int64_t next = 0;
+  for (std::int32_t r = 0; r < R; ++r) {
+    for (std::int32_t b = 0; b < pb.meta.num_blocks(r); ++b) {
+      pb.table[r * pb.table_stride + b] =
+          shape.shared_pool > 0 ? std::int32_t(rng() % pb.num_pages) : perm[next++];
+    }
+  }
+  // Every key poisoned, then the keys of each request written.
+  const std::int64_t total = pb.num_pages * kBlockSize * kHeadDim;
+  if (shape.shared_pool > 0) {
+    for (std::int64_t i = 0; i < total; ++i) put_key(pb, i, normal(rng));
+  } else {
+    for (std::int64_t i = 0; i < total; ++i) put_key(pb, i, kPoisonKey);
+    for (std::int32_t r = 0; r < R; ++r) {
+      for (std::int32_t j = 0; j < pb.meta.seq_lens[r]; ++j) {
+        const std::int64_t page = pb.table[r * pb.table_stride + j / kBlockSize];
+        const std::int64_t base = (page * kBlockSize + j % kBlockSize) * kHeadDim;
+        for (int d = 0; d < kHeadDim; ++d) put_key(pb, base + d, normal(rng));
+      }
+    }
+  }
+  pb.iq.resize(std::size_t(pb.meta.num_tokens) * shape.heads * kHeadDim);
+  for (auto& x : pb.iq) {
+    const float v = normal(rng);
+    x = shape.iq == DType::bf16 ? msa::num::float_to_bf16(v) : msa::num::float_to_fp16(v);
+  }
+  return pb;
+}
+
+// Device copies of a problem, the output and the workspace (NaN-poisoned).
+struct DeviceProblem {
+  msa::test::DeviceStep step;
+  DeviceBuffer<std::uint8_t> cache;
+  DeviceBuffer<std::int32_t> table;
+  DeviceBuffer<std::uint16_t> iq;
+  DeviceBuffer<std::int32_t> topk;
+  DeviceBuffer<std::uint8_t> workspace;
+  std::size_t workspace_bytes = 0;
+  msa::IndexerArgs args;
+
+  explicit DeviceProblem(const Problem& pb)
+      : step(pb.meta), cache(pb.cache), table(pb.table), iq(pb.iq),
+        topk(std::size_t(pb.meta.num_tokens) * pb.shape.heads * pb.shape.topk) {
+    workspace_bytes = msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks);
+    workspace = DeviceBuffer<std::uint8_t>(workspace_bytes);
+    workspace.poison_nan();
+    topk.fill_bytes(0x7F);  // 0x7F7F7F7F: neither -1 nor a block id
+    args = pb.args(iq.data(), cache.data(), table.data(), topk.data());
+    if (pb.shape.head_major) {
+      args.out.token_stride = pb.shape.topk;
+      args.out.head_stride = std::int64_t(pb.meta.num_tokens) * pb.shape.topk;
+    }
+  }
+  void run(const Problem& pb, const msa::cuda::DeviceCheck& check = {}, cudaStream_t stream = nullptr) {
+    msa::cuda::index(step.view, args, pb.max_blocks, workspace.data(), workspace_bytes, stream, check);
+  }
+  // The top-k as token-major [num_tokens, H, topk], whatever view was written.
+  std::vector<std::int32_t> topk_token_major(const Problem& pb) const {
+    const std::vector<std::int32_t> raw = topk.download();
+    std::vector<std::int32_t> out(raw.size());
+    const std::int64_t H = pb.shape.heads, K = pb.shape.topk;
+    for (std::int64_t t = 0; t < pb.meta.num_tokens; ++t)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t k = 0; k < K; ++k)
+          out[(t * H + h) * K + k] = raw[t * args.out.token_stride + h * args.out.head_stride + k];
+    return out;
+  }
+  std::vector<float> scores(const Problem& pb) const {
+    std::vector<float> s(std::size_t(pb.meta.num_tokens) * pb.shape.heads * pb.max_blocks);
+    if (!s.empty())
+      MSA_CUDA_CHECK(cudaMemcpy(s.data(), workspace.data(), s.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return s;
+  }
+};
+
+std::int32_t last_block(const Problem& pb, std::int32_t t) {
+  const std::int32_t p = pb.meta.token_position[t];
+  return p < 0 ? -1 : p / kBlockSize;
+}
+
+// Whether the candidates' pick-th and (pick+1)-th best CPU scores differ by more
+// than the score tolerance (so GPU and CPU must select the same blocks).
+bool well_separated(const float* s, std::int32_t last, const Shape& sh, double tol) {
+  const std::int32_t n = last + 1;
+  if (n <= sh.topk) return true;
+  const std::int32_t pick = sh.topk - sh.init - sh.local;
+  if (pick <= 0) return true;
+  std::vector<float> c(s + sh.init, s + n - sh.local);
+  std::sort(c.begin(), c.end(), [](float a, float b) { return a > b; });
+  if (std::size_t(pick) >= c.size()) return true;
+  return double(c[pick - 1]) - double(c[pick]) > tol * (1.0 + std::fabs(double(c[pick - 1])));
+}
+
+constexpr double kScoreTol = 1e-3;
+
+// Runs one shape through cuda::index and checks scores and selection.
+void check_shape(const Shape& sh) {
+  SCOPED_TRACE(sh.name());
+  const Problem pb = make_problem(sh);
+  DeviceProblem dev(pb);
+  msa::test::CheckBuffer check;
+  dev.run(pb, check.get());
+  msa::test::device_sync();
+  EXPECT_EQ(check.message(), "");
+  const std::vector<float> gpu = dev.scores(pb);
+  const std::vector<std::int32_t> topk = dev.topk_token_major(pb);
+
+  // Scores against cpu::block_scores.
+  const std::int64_t H = sh.heads, MB = pb.max_blocks, K = sh.topk;
+  std::vector<float> cpu(gpu.size(), std::numeric_limits<float>::quiet_NaN());
+  msa::IndexerArgs host_args = pb.args(const_cast<std::uint16_t*>(pb.iq.data()),
+                                       const_cast<std::uint8_t*>(pb.cache.data()), pb.table.data(), nullptr);
+  msa::cpu::block_scores(pb.meta.view(), host_args, cpu.data(), pb.max_blocks);
+  double worst = 0.0;
+  std::int64_t worst_at = -1, bad = 0, first_bad = -1;
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    const float g = gpu[i], c = cpu[i];
+    if (std::isinf(c) || std::isinf(g) || std::isnan(c) || std::isnan(g)) {
+      const bool same = (std::isnan(c) && std::isnan(g)) || g == c;
+      if (!same && bad++ == 0) first_bad = std::int64_t(i);
+      continue;
+    }
+    const double err = std::fabs(double(g) - double(c)) / (1.0 + std::fabs(double(c)));
+    if (err > worst) {
+      worst = err;
+      worst_at = std::int64_t(i);
+    }
+  }
+  EXPECT_EQ(bad, 0) << "non-finite placement differs first at score " << first_bad << " (row "
+                    << first_bad / std::max<std::int64_t>(MB, 1) << ", block " << first_bad % std::max<std::int64_t>(MB, 1)
+                    << "): gpu " << (first_bad >= 0 ? gpu[first_bad] : 0.f) << " cpu "
+                    << (first_bad >= 0 ? cpu[first_bad] : 0.f);
+  EXPECT_LE(worst, kScoreTol) << "worst score at " << worst_at << ": gpu " << gpu[worst_at] << " cpu "
+                              << cpu[worst_at];
+  std::printf("[ scores ] %s: %zu scores, worst rel err %.3g\n", sh.name().c_str(), gpu.size(), worst);
+
+  // Selection: bit-identical to cpu::select_row on the GPU's own scores.
+  std::vector<std::int32_t> want(K);
+  std::int64_t mismatched_rows = 0;
+  for (std::int32_t t = 0; t < pb.meta.num_tokens; ++t) {
+    for (std::int64_t h = 0; h < H; ++h) {
+      const std::int64_t row = t * H + h;
+      msa::cpu::select_row(gpu.data() + row * MB, last_block(pb, t), sh.topk, sh.init, sh.local,
+                           want.data());
+      const std::int32_t* got = topk.data() + row * K;
+      if (!std::equal(want.begin(), want.end(), got) && mismatched_rows++ == 0) {
+        std::string g, w;
+        for (std::int64_t k = 0; k < K; ++k) {
+          g += msa::detail::concat(got[k], " ");
+          w += msa::detail::concat(want[k], " ");
+        }
+        ADD_FAILURE() << "topk row t=" << t << " h=" << h << " (last block " << last_block(pb, t)
+                      << ") got [" << g << "] want [" << w << "]";
+      }
+    }
+  }
+  EXPECT_EQ(mismatched_rows, 0);
+
+  // Agreement with cpu::index where the selection boundary is well separated.
+  std::vector<std::int32_t> cpu_topk(topk.size(), -7);
+  host_args.out = msa::TopkView::token_major(cpu_topk.data(), sh.heads, sh.topk);
+  msa::cpu::index(pb.meta.view(), host_args);
+  std::int64_t compared = 0, differ = 0;
+  for (std::int64_t row = 0; row < std::int64_t(pb.meta.num_tokens) * H; ++row) {
+    const std::int32_t t = std::int32_t(row / H);
+    if (!well_separated(cpu.data() + row * MB, last_block(pb, t), sh, 0.1 * kScoreTol)) continue;
+    ++compared;
+    if (!std::equal(cpu_topk.begin() + row * K, cpu_topk.begin() + (row + 1) * K, topk.begin() + row * K)) {
+      if (differ++ == 0) ADD_FAILURE() << "cpu::index differs on well-separated row " << row;
+    }
+  }
+  EXPECT_EQ(differ, 0);
+  EXPECT_GE(compared, std::int64_t(pb.meta.num_tokens) * H * 8 / 10) << "too few well-separated rows";
+}
+
+TEST(CudaIndexer, PrefillChunks) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(11);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int heads : {1, 2, 4}) {
+    Shape sh;
+    // A fresh prompt, a chunk after cached context, a 1-token prefill, a chunk
+    // that starts mid-block.
+    sh.query_lens = {small ? 130 : 600, small ? 40 : 333, 1, small ? 9 : 129};
+    sh.seq_lens = {sh.query_lens[0], small ? 300 : 2500, small ? 200 : 1800, small ? 150 : 1100};
+    sh.decode_threshold = 0;
+    sh.heads = heads;
+    sh.iq = heads == 2 ? DType::fp16 : DType::bf16;
+    sh.keys = heads == 4 ? DType::fp8_e4m3 : DType::bf16;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+TEST(CudaIndexer, DecodeVerifyAndPadding) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(22);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int dql : {1, 2}) {
+    for (DType keys : {DType::bf16, DType::fp8_e4m3}) {
+      Shape sh;
+      sh.decode_threshold = dql;
+      // Decodes (one a padding request), then a prefill, then a padding prefill.
+      sh.query_lens = {dql, dql, dql, dql, dql, dql, 37, 5};
+      sh.seq_lens = {dql, 127, 128 + dql - 1, 0, 129, small ? 700 : 5000, small ? 300 : 3000, 0};
+      sh.heads = dql == 1 ? 4 : 2;
+      sh.keys = keys;
+      sh.iq = keys == DType::bf16 && dql == 2 ? DType::fp16 : DType::bf16;
+      sh.head_major = keys == DType::fp8_e4m3;
+      sh.seed = s++;
+      check_shape(sh);
+    }
+  }
+}
+
+TEST(CudaIndexer, TopkInitLocalVariants) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(33);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  struct V {
+    int topk, init, local;
+  };
+  for (V v : {V{1, 0, 1}, V{1, 0, 0}, V{16, 1, 1}, V{16, 0, 2}, V{16, 1, 2}, V{64, 0, 1}, V{64, 1, 2}}) {
+    Shape sh;
+    sh.decode_threshold = 1;
+    sh.query_lens = {1, 1, 1, small ? 50 : 200};
+    sh.seq_lens = {small ? 3000 : 9000, 64 * 128 + 1, 300, small ? 1000 : 12000};
+    sh.heads = 2;
+    sh.topk = v.topk;
+    sh.init = v.init;
+    sh.local = v.local;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// select_topk() on scores built to stress the order: heavy ties, NaN, +-inf,
+// +-0, against cpu::select_row row by row.
+TEST(CudaIndexer, SelectTopkAdversarialScores) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(44);
+  MSA_TRACE_SEED(seed);
+  std::mt19937_64 rng(seed);
+  msa::BatchSpec spec;
+  spec.decode_threshold = 1;
+  const int num_req = msa::test::size_for(24, 6);
+  for (int r = 0; r < num_req; ++r) {
+    spec.query_lens.push_back(r % 5 == 4 ? 3 : 1);
+    spec.seq_lens.push_back(1 + int(rng() % (r % 3 == 0 ? 200000 : 9000)));
+  }
+  // decodes first: sort by query length
+  std::vector<int> order(num_req);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return spec.query_lens[a] < spec.query_lens[b]; });
+  msa::BatchSpec sorted = spec;
+  for (int i = 0; i < num_req; ++i) {
+    sorted.query_lens[i] = spec.query_lens[order[i]];
+    sorted.seq_lens[i] = std::max(spec.seq_lens[order[i]], sorted.query_lens[i]);
+  }
+  const msa::BatchMetadata meta = msa::build_metadata(sorted);
+  const int H = 3;
+  std::int32_t MB = 0;
+  for (int r = 0; r < num_req; ++r) MB = std::max(MB, meta.num_blocks(r));
+  MB += 2;  // wider than needed
+  const std::size_t rows = std::size_t(meta.num_tokens) * H;
+  std::vector<float> scores(rows * MB);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), kNegInf,
+                            std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1.0f, -1.0f};
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    const std::uint64_t kind = rng() % 10;
+    if (kind < 3) scores[i] = specials[rng() % 7];
+    else if (kind < 6) scores[i] = float(int(rng() % 5));                       // heavy ties
+    else scores[i] = std::normal_distribution<float>(0.0f, 10.0f)(rng);
+  }
+  msa::test::DeviceStep step(meta);
+  DeviceBuffer<float> dev_scores(scores);
+  for (auto v : {std::array<int, 3>{16, 0, 1}, std::array<int, 3>{64, 1, 2}, std::array<int, 3>{1, 0, 1},
+                 std::array<int, 3>{7, 3, 0}}) {
+    SCOPED_TRACE(msa::detail::concat("topk=", v[0], " init=", v[1], " local=", v[2]));
+    DeviceBuffer<std::int32_t> out(rows * v[0]);
+    out.fill_bytes(0x7F);
+    msa::IndexerArgs args;
+    args.num_kv_heads = H;
+    args.init_blocks = v[1];
+    args.local_blocks = v[2];
+    args.out = msa::TopkView::token_major(out.data(), H, v[0]);
+    msa::cuda::select_topk(step.view, dev_scores.data(), MB, args, nullptr);
+    const auto got = out.download();
+    std::vector<std::int32_t> want(v[0]);
+    std::int64_t bad = 0;
+    for (std::size_t row = 0; row < rows; ++row) {
+      const std::int32_t t = std::int32_t(row / H);
+      const std::int32_t p = meta.token_position[t];
+      msa::cpu::select_row(scores.data() + row * MB, p < 0 ? -1 : p / kBlockSize, v[0], v[1], v[2], want.data());
+      if (!std::equal(want.begin(), want.end(), got.begin() + row * v[0]) && bad++ == 0) {
+        ADD_FAILURE() << "row " << row << " (t=" << t << ", last block " << p / kBlockSize
+                      << ") first differing column: "
+                      << std::mismatch(want.begin(), want.end(), got.begin() + row * v[0]).first - want.begin();
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(CudaIndexer, BadBlockTableEntryIsRecorded) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(55);
+  MSA_TRACE_SEED(seed);
+  Shape sh;
+  sh.query_lens = {1, 40};
+  sh.seq_lens = {700, 900};
+  sh.heads = 2;
+  sh.seed = seed;
+  Problem pb = make_problem(sh);
+  const std::int32_t bad_page = std::int32_t(pb.num_pages + 1000);
+  pb.table[1 * pb.table_stride + 3] = bad_page;  // request 1, block 3
+  DeviceProblem dev(pb);
+  msa::test::CheckBuffer check;
+  dev.run(pb, check.get());
+  msa::test::device_sync();
+  EXPECT_EQ(check.message(), msa::detail::concat("index block_table[r=1, b=3] = ", bad_page,
+                                                 " but the index cache has ", pb.num_pages, " pages"));
+  // The rows of request 1 still get a valid selection (block 3 scored NaN).
+  const auto topk = dev.topk_token_major(pb);
+  for (std::int32_t t = pb.meta.query_start[1]; t < pb.meta.num_tokens; ++t) {
+    const std::int32_t* row = topk.data() + std::int64_t(t) * sh.heads * sh.topk;
+    for (int k = 0; k < sh.topk; ++k) ASSERT_TRUE(row[k] >= -1 && row[k] <= last_block(pb, t)) << t;
+  }
+}
+
+// index() allocates nothing and never synchronizes: it can be captured in a
+// CUDA graph, and a replay writes the same top-k as a direct call.
+TEST(CudaIndexer, CapturedInCudaGraph) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(66);
+  MSA_TRACE_SEED(seed);
+  Shape sh;
+  sh.decode_threshold = 2;
+  sh.query_lens = {2, 2, 2, 50};
+  sh.seq_lens = {900, 2, 3000, 1500};
+  sh.heads = 4;
+  sh.seed = seed;
+  const Problem pb = make_problem(sh);
+  DeviceProblem dev(pb);
+  dev.run(pb);
+  msa::test::device_sync();
+  const std::vector<std::int32_t> direct = dev.topk.download();
+
+  dev.topk.fill_bytes(0x7F);
+  msa::test::CheckBuffer check;
+  cudaStream_t stream;
+  MSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  MSA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  msa::cuda::reset_check(check.get(), stream);
+  dev.run(pb, check.get(), stream);
+  MSA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec;
+  MSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) MSA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  MSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  EXPECT_TRUE(dev.topk.download() == direct);
+  EXPECT_EQ(check.message(), "");
+  (void)cudaGraphExecDestroy(exec);
+  (void)cudaGraphDestroy(graph);
+  (void)cudaStreamDestroy(stream);
+}
+
+// Appends a line to $OUT/gpu_timing.txt (the device script's output folder) and stdout.
+void report_timing(const std::string& line) {
+  std::printf("[ timing ] %s\n", line.c_str());
+  if (const char* out = std::getenv("OUT")) {
+    if (FILE* f = std::fopen((std::string(out) + "/gpu_timing.txt").c_str(), "a")) {
+      std::fprintf(f, "%s\n", line.c_str());
+      std::fclose(f);
+    }
+  }
+}
+
+double time_index(const Problem& pb, DeviceProblem& dev, int reps) {
+  dev.run(pb);
+  msa::test::device_sync();
+  cudaEvent_t a, b;
+  MSA_CUDA_CHECK(cudaEventCreate(&a));
+  MSA_CUDA_CHECK(cudaEventCreate(&b));
+  MSA_CUDA_CHECK(cudaEventRecord(a));
+  for (int i = 0; i < reps; ++i) dev.run(pb);
+  MSA_CUDA_CHECK(cudaEventRecord(b));
+  MSA_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  MSA_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  (void)cudaEventDestroy(a);
+  (void)cudaEventDestroy(b);
+  return ms / reps;
+}
+
+// Large shapes, GPU only: times index() and reports throughput.
+TEST(CudaIndexer, TimingLargeShapes) {
+  MSA_SKIP_WITHOUT_GPU();
+  if (msa::test::sanitizer_mode()) GTEST_SKIP() << "timing is skipped under the sanitizer";
+  {
+    Shape sh;  // one 16K-token chunk after 16K cached tokens, 4 index heads
+    sh.query_lens = {16384};
+    sh.seq_lens = {32768};
+    sh.decode_threshold = 0;
+    sh.heads = 4;
+    sh.shared_pool = 256;
+    const Problem pb = make_problem(sh);
+    DeviceProblem dev(pb);
+    const double ms = time_index(pb, dev, 5);
+    double macs = 0;
+    for (std::int32_t t = 0; t < pb.meta.num_tokens; ++t)
+      macs += double(pb.meta.token_position[t] + 1) * kHeadDim * sh.heads;
+    report_timing(msa::detail::concat("index prefill 16384 tokens (ctx 16384 -> 32768), H=4, bf16: ",
+                                      ms, " ms, ", 2 * macs / ms * 1e-9, " TFLOP/s (causal dots)"));
+  }
+  for (int dql : {1, 2}) {
+    Shape sh;  // 128 decodes of 128K context, 4 index heads
+    sh.decode_threshold = dql;
+    sh.query_lens.assign(128, dql);
+    sh.seq_lens.assign(128, 131072);
+    sh.heads = 4;
+    sh.shared_pool = 4096;
+    const Problem pb = make_problem(sh);
+    DeviceProblem dev(pb);
+    const double ms = time_index(pb, dev, 5);
+    const double bytes = 128.0 * 131072 * kHeadDim * 2;
+    report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, bf16: ", ms,
+                                      " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
+  }
+}
+
+}  // namespace

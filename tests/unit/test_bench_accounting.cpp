@@ -1,0 +1,325 @@
+// The pure host pieces of `msa check` and `msa bench` (tools/msa/cuda/*.hpp):
+// FLOP and byte accounting, case lists, synthetic top-k lists, page maps,
+// rotation, timing summary and the comparison rules. No CUDA here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "../../tools/msa/cuda/bench_accounting.hpp"
+#include "../../tools/msa/cuda/bench_topk.hpp"
+#include "../../tools/msa/cuda/check_cases.hpp"
+#include "../../tools/msa/cuda/check_compare.hpp"
+#include "msa/batch.hpp"
+#include "msa/cache.hpp"
+
+namespace {
+
+using namespace msa;
+using namespace msa::tool;
+
+std::vector<std::int32_t> starts(const std::vector<std::int32_t>& qlens) {
+  std::vector<std::int32_t> s{0};
+  for (const auto q : qlens) s.push_back(s.back() + q);
+  return s;
+}
+
+TEST(BenchAccounting, RowKeysCountsCausalLimit) {
+  const std::vector<std::int32_t> ids{0, 2, -1};
+  // p = 300: block 0 whole (128), block 2 from 256 to 300 (45).
+  EXPECT_EQ(row_keys(ids.data(), 3, 300, 301), 128 + 45);
+  // p in block 0 itself: only the first p + 1 keys.
+  const std::vector<std::int32_t> local{0};
+  EXPECT_EQ(row_keys(local.data(), 1, 5, 6), 6);
+  // seq_len also limits (defensive): keys below seq_len only.
+  EXPECT_EQ(row_keys(ids.data(), 3, 300, 260), 128 + 4);
+  // Padding rows attend nothing.
+  EXPECT_EQ(row_keys(ids.data(), 3, -1, 0), 0);
+  // Blocks beyond p contribute nothing.
+  const std::vector<std::int32_t> late{3};
+  EXPECT_EQ(row_keys(late.data(), 1, 300, 301), 0);
+}
+
+TEST(BenchAccounting, BlockBytesMatchPageBytes) {
+  EXPECT_EQ(kv_block_bytes(DType::bf16, ScaleMode::none), page_bytes_per_head(DType::bf16));
+  EXPECT_EQ(kv_block_bytes(DType::fp16, ScaleMode::none), 65536);
+  EXPECT_EQ(kv_block_bytes(DType::fp8_e4m3, ScaleMode::per_tensor), 32768);
+  EXPECT_EQ(kv_block_bytes(DType::fp8_e5m2, ScaleMode::per_token_head), 32768 + 1024);
+  EXPECT_EQ(kv_block_bytes(DType::nvfp4, ScaleMode::per_tensor), 18432);
+}
+
+TEST(BenchAccounting, AttendTrafficByHand) {
+  // One request, seq 300, two new tokens (p = 298, 299), two KV heads, group 3, topk 2.
+  const std::vector<std::int32_t> qs = starts({2}), seq{300};
+  // [token][head][k]
+  const std::vector<std::int32_t> topk{0, 2,   1, 2,    // token 0 (p 298)
+                                       0, 2,   0, 2};   // token 1 (p 299)
+  const Traffic t = attend_traffic(qs, seq, topk, 2, 3, 2, 1000);
+  // Block 2 holds 256..: p 298 sees 43 keys, p 299 sees 44.
+  const std::int64_t keys = (128 + 43) + (128 + 43) + (128 + 44) + (128 + 44);
+  EXPECT_EQ(t.keys, keys * 3);
+  EXPECT_DOUBLE_EQ(t.flops, 4.0 * 128 * double(keys * 3));
+  // Head 0 reads {0, 2}, head 1 reads {1, 2, 0}: 5 distinct (request, head, block).
+  EXPECT_EQ(t.blocks, 5);
+  EXPECT_DOUBLE_EQ(t.bytes, 5000.0);
+}
+
+TEST(BenchAccounting, AttendTrafficSkipsPaddingAndInvalid) {
+  const std::vector<std::int32_t> qs = starts({1, 1}), seq{0, 129};
+  const std::vector<std::int32_t> topk{-1, -1,   // padding request
+                                       1, -1};  // p = 128: block 1 has one key
+  const Traffic t = attend_traffic(qs, seq, topk, 1, 16, 2, 64);
+  EXPECT_EQ(t.keys, 16);
+  EXPECT_EQ(t.blocks, 1);
+}
+
+TEST(BenchAccounting, IndexTraffic) {
+  const std::vector<std::int32_t> qs = starts({1, 3}), seq{129, 1000};
+  const Traffic t = index_traffic(qs, seq, 4, DType::bf16);
+  const std::int64_t keys = (129 + 998 + 999 + 1000) * 4;
+  EXPECT_EQ(t.keys, keys);
+  EXPECT_DOUBLE_EQ(t.flops, 2.0 * 128 * double(keys));
+  EXPECT_EQ(t.blocks, 2 + 8);
+  EXPECT_DOUBLE_EQ(t.bytes, 10.0 * 128 * 128 * 2);
+  EXPECT_DOUBLE_EQ(index_traffic(qs, seq, 4, DType::fp8_e4m3).bytes, 10.0 * 128 * 128);
+}
+
+// Every row follows the contract: min(topk, last + 1) distinct ascending ids in
+// [0, last] including last, then -1.
+void expect_valid_rows(const std::vector<std::int32_t>& qs, const std::vector<std::int32_t>& seq,
+                       const std::vector<std::int32_t>& ids, int heads, int topk) {
+  for (std::size_t r = 0; r + 1 < qs.size(); ++r) {
+    const std::int32_t qlen = qs[r + 1] - qs[r];
+    for (std::int32_t i = 0; i < qlen; ++i) {
+      for (int h = 0; h < heads; ++h) {
+        SCOPED_TRACE(::testing::Message() << "request " << r << " token " << i << " head " << h);
+        const std::int32_t* row = ids.data() + (std::int64_t(qs[r] + i) * heads + h) * topk;
+        const std::int32_t p = token_position(seq[r], qlen, i);
+        const std::int32_t valid = p < 0 ? 0 : std::min(topk, p / 128 + 1);
+        for (int k = 0; k < topk; ++k) {
+          if (k >= valid) {
+            ASSERT_EQ(row[k], -1) << "k " << k;
+            continue;
+          }
+          ASSERT_GE(row[k], 0);
+          ASSERT_LE(row[k], p / 128);
+          if (k > 0) {
+            ASSERT_LT(row[k - 1], row[k]);
+          }
+        }
+        if (valid > 0) {
+          ASSERT_EQ(row[valid - 1], p / 128);
+        }
+      }
+    }
+  }
+}
+
+TEST(BenchTopk, RowsAreValid) {
+  for (const TopkPattern pattern : {TopkPattern::random, TopkPattern::clustered}) {
+    for (const int topk : {1, 16, 64}) {
+      const std::vector<std::int32_t> qlens{4, 4, 4, 4}, seq{4, 129, 2049, 131072};
+      const auto qs = starts(qlens);
+      const auto ids = make_bench_topk(qs, seq, 3, topk, false, pattern, 11);
+      expect_valid_rows(qs, seq, ids, 3, topk);
+      const std::vector<std::int32_t> pq{300}, pseq{5000};
+      const auto pids = make_bench_topk(starts(pq), pseq, 2, topk, true, pattern, 12);
+      expect_valid_rows(starts(pq), pseq, pids, 2, topk);
+    }
+  }
+}
+
+TEST(BenchTopk, DeterministicAndVerifyRowsShareBlocks) {
+  const std::vector<std::int32_t> qlens{4}, seq{131072};
+  const auto qs = starts(qlens);
+  const auto a = make_bench_topk(qs, seq, 1, 16, false, TopkPattern::random, 5);
+  EXPECT_EQ(a, make_bench_topk(qs, seq, 1, 16, false, TopkPattern::random, 5));
+  EXPECT_NE(a, make_bench_topk(qs, seq, 1, 16, false, TopkPattern::random, 6));
+  // Four verify rows of 16 ids over 1024 blocks: far fewer than 64 distinct.
+  const std::set<std::int32_t> distinct(a.begin(), a.end());
+  EXPECT_LT(distinct.size(), 40u);
+  EXPECT_GE(distinct.size(), 16u);
+}
+
+TEST(BenchTopk, PageMapGivesSelectedBlocksOwnPages) {
+  const std::vector<std::int32_t> qlens{2, 1}, seq{1000, 300};
+  const auto qs = starts(qlens);
+  const auto ids = make_bench_topk(qs, seq, 2, 4, false, TopkPattern::random, 3);
+  const PageMap m = map_pages(qs, seq, ids, 2, 4, false, 100);
+  EXPECT_EQ(m.max_blocks, 8);
+  std::set<std::int32_t> pages;
+  std::int64_t selected = 0;
+  for (std::size_t r = 0; r < 2; ++r) {
+    std::set<std::int32_t> used;
+    for (std::int64_t i = std::int64_t(qs[r]) * 8; i < std::int64_t(qs[r + 1]) * 8; ++i)
+      if (ids[std::size_t(i)] >= 0) used.insert(ids[std::size_t(i)]);
+    selected += std::int64_t(used.size());
+    for (std::int32_t b = 0; b < m.max_blocks; ++b) {
+      const std::int32_t page = m.table[r * 8 + std::size_t(b)];
+      if (used.count(b)) {
+        EXPECT_GT(page, 100);
+        EXPECT_TRUE(pages.insert(page).second) << "page " << page << " mapped twice";
+      } else {
+        EXPECT_EQ(page, 100);
+      }
+    }
+  }
+  EXPECT_EQ(m.pages, 1 + selected);
+  for (const auto p : pages) EXPECT_LT(p, 100 + m.pages);
+  const PageMap all = map_pages(qs, seq, ids, 2, 4, true, 0);
+  EXPECT_EQ(all.pages, 1 + 8 + 3);
+}
+
+TEST(BenchCases, DefaultSweepCoversAndFits) {
+  const auto cases = default_bench_cases();
+  std::set<std::string> names;
+  std::set<std::int32_t> contexts, batches, qlens;
+  std::set<int> kinds;
+  int prefills = 0;
+  for (const BenchCase& c : cases) {
+    EXPECT_TRUE(names.insert(c.name()).second) << c.name();
+    contexts.insert(c.context);
+    batches.insert(c.batch);
+    if (!c.prefill) qlens.insert(c.query_len);
+    prefills += c.prefill;
+    kinds.insert(int(c.op) * 100 + int(c.dtype));
+    EXPECT_EQ(c.num_q_heads / c.num_kv_heads, 16);
+    // Two copies of the inputs fit in 60 GB with room for the shared parts.
+    EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9) << c.name();
+  }
+  EXPECT_EQ(cases.size(), 312u);
+  EXPECT_EQ(*contexts.begin(), 8192);
+  EXPECT_EQ(*contexts.rbegin(), 131072);
+  EXPECT_EQ(*batches.begin(), 1);
+  EXPECT_EQ(*batches.rbegin(), 128);
+  EXPECT_EQ(qlens, (std::set<std::int32_t>{1, 2, 4}));
+  EXPECT_GT(prefills, 0);
+  EXPECT_EQ(kinds.size(), 4u);  // attend x {bf16, fp8, nvfp4}, index x bf16
+  const auto quick = quick_bench_cases();
+  EXPECT_GE(quick.size(), 8u);
+  EXPECT_LE(quick.size(), 12u);
+}
+
+TEST(BenchCases, FiltersMatchWholeWords) {
+  BenchCase c;
+  c.num_q_heads = 64;
+  c.num_kv_heads = 4;
+  c.batch = 128;
+  c.query_len = 4;
+  EXPECT_EQ(c.name(), "attend verify 64/4 bf16 ctx=8K b=128 q=4");
+  EXPECT_TRUE(matches_any(c, {}));
+  EXPECT_TRUE(matches_any(c, {"verify 64/4 b=128"}));
+  EXPECT_FALSE(matches_any(c, {"b=1"}));
+  EXPECT_TRUE(matches_any(c, {"index", "bf16 q=4"}));
+  EXPECT_FALSE(matches_any(c, {"index", "prefill"}));
+}
+
+TEST(BenchRotation, CopiesSpanL2WithinMemory) {
+  const double l2 = 50e6;
+  EXPECT_EQ(rotation_copies(1e9, 1e9, l2, 40e9), 2);    // big: two copies
+  EXPECT_EQ(rotation_copies(20e6, 20e6, l2, 40e9), 10);  // 4 x 50 MB / 20 MB
+  EXPECT_EQ(rotation_copies(1e3, 1e3, l2, 40e9), 64);    // capped
+  EXPECT_EQ(rotation_copies(1e9, 30e9, l2, 40e9), 1);    // memory wins
+}
+
+TEST(BenchTiming, Summary) {
+  const TimeStats s = summarize_ms({0.003f, 0.001f, 0.002f, 0.010f});
+  EXPECT_EQ(s.samples, 4);
+  EXPECT_NEAR(s.median_us, 2.5, 1e-3);
+  EXPECT_NEAR(s.min_us, 1.0, 1e-3);
+  EXPECT_NEAR(s.mean_us, 4.0, 1e-3);
+  EXPECT_NEAR(s.p90_us, 10.0, 1e-3);
+  EXPECT_NEAR(summarize_ms({0.001f, 0.002f, 0.004f}).median_us, 2.0, 1e-3);
+  EXPECT_EQ(summarize_ms({}).samples, 0);
+}
+
+TEST(CheckCases, CoverEveryDimension) {
+  const std::uint64_t seed = 1234;
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  const auto cases = make_check_cases(seed, 84, false);
+  std::set<std::string> flavors, layouts;
+  std::set<int> groups, topks, kinds;
+  std::set<DType> qs, index_dtypes;
+  std::set<std::int32_t> seqs;
+  for (const CheckCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    flavors.insert(kv_flavor_name(c.kv_dtype, c.scale_mode));
+    layouts.insert(std::string(layout_name(c.layout)) + (c.padded_stride ? "+pad" : ""));
+    groups.insert(c.group);
+    topks.insert(c.topk);
+    kinds.insert(int(c.kind));
+    qs.insert(c.q_dtype);
+    index_dtypes.insert(c.index_dtype);
+    for (const auto s : c.seq_lens) seqs.insert(s);
+    // The batch is one the metadata accepts, with at least one real request.
+    BatchSpec spec{c.query_lens, c.seq_lens, c.decode_threshold};
+    EXPECT_NO_THROW(build_metadata(spec));
+    EXPECT_TRUE(std::any_of(c.seq_lens.begin(), c.seq_lens.end(), [](auto s) { return s > 0; }));
+    EXPECT_TRUE(reference_work(c) <= 3e7 || c.query_lens.size() == 1) << reference_work(c);
+    EXPECT_TRUE(is_half(c.out_dtype));
+    if (is_half(c.q_dtype)) {
+      EXPECT_EQ(c.q_dtype, c.out_dtype);
+    }
+  }
+  EXPECT_EQ(flavors.size(), 7u);
+  EXPECT_EQ(layouts.size(), 6u);
+  EXPECT_EQ(groups, (std::set<int>{1, 2, 8, 16}));
+  EXPECT_EQ(topks, (std::set<int>{1, 16, 64}));
+  EXPECT_EQ(kinds.size(), 4u);
+  EXPECT_TRUE(qs.count(DType::fp8_e4m3));
+  EXPECT_EQ(index_dtypes.size(), 2u);
+  for (const std::int32_t s : {1, 127, 129, 2047, 2049}) EXPECT_TRUE(seqs.count(s)) << "seq_len " << s;
+  EXPECT_GE(*seqs.rbegin(), 10000);
+}
+
+TEST(CheckCases, DeterministicPerSeedAndQuickIsSmall) {
+  const auto a = make_check_cases(7, 20, false), b = make_check_cases(7, 20, false);
+  const auto c = make_check_cases(8, 20, false);
+  bool any_differs = false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name(), b[i].name());
+    any_differs = any_differs || a[i].name() != c[i].name();
+  }
+  EXPECT_TRUE(any_differs);
+  // Case i is the same whatever the count (replayable with --case).
+  EXPECT_EQ(make_check_cases(7, 5, false)[4].name(), a[4].name());
+  for (const CheckCase& q : make_check_cases(7, 14, true)) {
+    EXPECT_LE(q.num_kv_heads, 2) << q.name();
+    EXPECT_TRUE(reference_work(q) <= 4e6 || q.query_lens.size() == 1) << q.name();
+  }
+}
+
+TEST(CheckCompare, RelFrobenius) {
+  EXPECT_EQ(rel_frobenius({1, 2, 3}, {1, 2, 3}).error, 0.0);
+  const Diff d = rel_frobenius({1, 2, 3.5f}, {1, 2, 3});
+  EXPECT_NEAR(d.error, 0.5 / std::sqrt(14.0), 1e-12);
+  EXPECT_EQ(d.worst, 2);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(rel_frobenius({1, nan}, {1, 0}).error, kInf);
+  EXPECT_EQ(rel_frobenius({0, 0}, {0, 0}).error, 0.0);
+  EXPECT_EQ(rel_frobenius({1, 2}, {1, 2, 3}).error, kInf);
+  EXPECT_EQ(rel_frobenius({-inf}, {-inf}).error, 0.0);
+}
+
+TEST(CheckCompare, MaxAbsAndScores) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(max_abs({-inf, 1.0f}, {-inf, 1.0f}).error, 0.0);
+  EXPECT_EQ(max_abs({0.0f, 1.0f}, {-inf, 1.0f}).error, kInf);
+  EXPECT_NEAR(max_abs({1.0f, 2.5f}, {1.0f, 2.0f}).error, 0.5, 1e-12);
+  EXPECT_EQ(max_abs({nan}, {1.0f}).error, kInf);
+  EXPECT_NEAR(score_error({10.5f, -inf}, {10.0f, -inf}).error, 0.5 / 11.0, 1e-9);
+  EXPECT_EQ(score_error({1.0f}, {-inf}).error, kInf);
+  const std::vector<std::uint8_t> x{1, 2, 3, 4}, y{1, 9, 3, 8};
+  const Diff b = byte_mismatch(x.data(), y.data(), 4);
+  EXPECT_EQ(b.error, 2.0);
+  EXPECT_EQ(b.worst, 1);
+}
+
+}  // namespace

@@ -1,0 +1,292 @@
+// What `msa bench` measures and how it counts: the case lists, the FLOP and
+// byte accounting, the number of rotated input copies and the timing summary.
+// Pure host functions (no CUDA), unit-tested in tests/unit/test_bench_accounting.cpp.
+//
+// Accounting (bench/README.md):
+//  - attend FLOPs = 4 * 128 * sum over (token, query head) of the keys it really
+//    attends: positions j with j / 128 among its valid top-k ids, j <= p and
+//    j < seq_len (causal limit included); 2 * 128 for q.k and 2 * 128 for p.v.
+//  - attend bytes = K + V bytes (and fp8 per-token scales) of every distinct
+//    (request, KV head, block) that some row of the request selected.
+//  - index FLOPs = 2 * 128 * sum over (token, KV head) of the keys it scores
+//    (p + 1); index bytes = the index-cache blocks of each request, once.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "msa/cache.hpp"
+#include "msa/common.hpp"
+#include "msa/dtype.hpp"
+
+namespace msa::tool {
+
+// ---- cases -------------------------------------------------------------------
+enum class BenchOp : std::uint8_t { attend, index };
+
+struct BenchCase {
+  BenchOp op = BenchOp::attend;
+  bool prefill = false;           // one chunked-prefill request; else decode / verify
+  int num_q_heads = 16;
+  int num_kv_heads = 1;
+  DType dtype = DType::bf16;      // attend: the KV cache dtype; index: the index cache dtype
+  std::int32_t context = 8192;    // seq_len of every request (cached + new tokens)
+  std::int32_t batch = 1;         // requests
+  std::int32_t query_len = 1;     // new tokens per request
+  std::int32_t topk = 16;
+
+  std::int64_t num_tokens() const { return std::int64_t(batch) * query_len; }
+  const char* mode() const { return prefill ? "prefill" : (query_len > 1 ? "verify" : "decode"); }
+  // e.g. "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4"
+  std::string name() const {
+    std::ostringstream s;
+    s << (op == BenchOp::attend ? "attend " : "index ") << mode() << ' ' << num_q_heads << '/'
+      << num_kv_heads << ' ' << dtype_name(dtype) << " ctx=";
+    if (context % 1024 == 0) s << context / 1024 << 'K';
+    else s << context;
+    s << " b=" << batch << " q=" << query_len;
+    return s.str();
+  }
+};
+
+inline std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::istringstream in(text);
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
+// A case matches a filter when every word of the filter is a word of its name
+// ("decode 64/4 b=128" picks the 64/4 decodes of batch 128). No filters: all.
+inline bool matches_any(const BenchCase& c, const std::vector<std::string>& filters) {
+  if (filters.empty()) return true;
+  const std::vector<std::string> name = split_words(c.name());
+  for (const std::string& f : filters) {
+    bool all = true;
+    for (const std::string& w : split_words(f)) all = all && std::find(name.begin(), name.end(), w) != name.end();
+    if (all) return true;
+  }
+  return false;
+}
+
+inline constexpr std::int32_t kPrefillChunk = 4096;
+
+// The default sweep: MiniMax-M3 per-rank shapes 16/1 (TP4) and 64/4 (TP1);
+// attend over KV bf16, fp8 e4m3 (per-tensor scale) and nvfp4; prefill chunks of
+// 4096 tokens; decode batches 1..128 at query lengths 1, 2, 4; contexts 8K..128K.
+inline std::vector<BenchCase> default_bench_cases() {
+  static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
+  static constexpr DType kKv[] = {DType::bf16, DType::fp8_e4m3, DType::nvfp4};
+  static constexpr std::int32_t kContexts[] = {8192, 32768, 131072};
+  static constexpr std::int32_t kBatches[] = {1, 8, 32, 128};
+  static constexpr std::int32_t kQueryLens[] = {1, 2, 4};
+  std::vector<BenchCase> out;
+  for (const BenchOp op : {BenchOp::attend, BenchOp::index}) {
+    for (const auto& shape : kShapes) {
+      for (const DType dt : kKv) {
+        if (op == BenchOp::index && dt != DType::bf16) continue;  // index cache: bf16
+        BenchCase c;
+        c.op = op;
+        c.num_q_heads = shape[0];
+        c.num_kv_heads = shape[1];
+        c.dtype = dt;
+        for (const std::int32_t ctx : kContexts) {
+          c.context = ctx;
+          c.prefill = true;
+          c.batch = 1;
+          c.query_len = kPrefillChunk;
+          out.push_back(c);
+          c.prefill = false;
+          for (const std::int32_t b : kBatches) {
+            for (const std::int32_t q : kQueryLens) {
+              c.batch = b;
+              c.query_len = q;
+              out.push_back(c);
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// About ten cases that run in well under two minutes.
+inline std::vector<BenchCase> quick_bench_cases() {
+  auto make = [](BenchOp op, bool prefill, int qh, int kvh, DType dt, std::int32_t ctx, std::int32_t b,
+                 std::int32_t q) {
+    BenchCase c;
+    c.op = op;
+    c.prefill = prefill;
+    c.num_q_heads = qh;
+    c.num_kv_heads = kvh;
+    c.dtype = dt;
+    c.context = ctx;
+    c.batch = b;
+    c.query_len = q;
+    return c;
+  };
+  const BenchOp A = BenchOp::attend, I = BenchOp::index;
+  return {make(A, false, 16, 1, DType::bf16, 8192, 1, 1),
+          make(A, false, 64, 4, DType::bf16, 32768, 32, 1),
+          make(A, false, 64, 4, DType::fp8_e4m3, 32768, 32, 1),
+          make(A, false, 64, 4, DType::nvfp4, 32768, 32, 1),
+          make(A, false, 64, 4, DType::bf16, 131072, 128, 1),
+          make(A, false, 16, 1, DType::bf16, 131072, 128, 4),
+          make(A, true, 64, 4, DType::bf16, 32768, 1, kPrefillChunk),
+          make(A, true, 16, 1, DType::fp8_e4m3, 131072, 1, kPrefillChunk),
+          make(I, false, 64, 4, DType::bf16, 131072, 32, 1),
+          make(I, true, 64, 4, DType::bf16, 32768, 1, kPrefillChunk)};
+}
+
+// ---- accounting ----------------------------------------------------------------
+// Bytes one KV head's block occupies: K and V, plus the per-token fp8 scales.
+inline std::int64_t kv_block_bytes(DType dtype, ScaleMode mode) {
+  if (dtype == DType::nvfp4) return 2 * nvfp4::kSlotBytes;
+  std::int64_t b = 2 * std::int64_t(kBlockSize) * kHeadDim * std::int64_t(dtype_bytes(dtype));
+  if (mode == ScaleMode::per_token_head) b += 2 * std::int64_t(kBlockSize) * 4;
+  return b;
+}
+
+// Keys one (token, KV head) row attends: j with j / 128 among the valid ids,
+// j <= p and j < seq_len. Negative ids are skipped; p < 0 (padding) gives 0.
+//   ids: [topk]
+inline std::int64_t row_keys(const std::int32_t* ids, int topk, std::int32_t p, std::int32_t seq_len) {
+  if (p < 0) return 0;
+  const std::int64_t limit = std::min<std::int64_t>(p, std::int64_t(seq_len) - 1);
+  std::int64_t n = 0;
+  for (int k = 0; k < topk; ++k) {
+    if (ids[k] < 0) continue;
+    const std::int64_t lo = std::int64_t(ids[k]) * kBlockSize;
+    const std::int64_t hi = std::min<std::int64_t>(lo + kBlockSize - 1, limit);
+    if (hi >= lo) n += hi - lo + 1;
+  }
+  return n;
+}
+
+struct Traffic {
+  double flops = 0.0;
+  double bytes = 0.0;
+  std::int64_t keys = 0;    // attend: sum over (token, query head); index: over (token, KV head)
+  std::int64_t blocks = 0;  // distinct blocks read (attend: per KV head)
+};
+
+// Requests are given by query_start [num_requests + 1] and seq_lens [num_requests].
+inline std::int32_t token_position(std::int32_t seq_len, std::int32_t query_len, std::int32_t i) {
+  return seq_len <= 0 ? -1 : seq_len - query_len + i;
+}
+
+//   topk: [num_tokens, num_kv_heads, topk] token-major
+inline Traffic attend_traffic(const std::vector<std::int32_t>& query_start,
+                              const std::vector<std::int32_t>& seq_lens,
+                              const std::vector<std::int32_t>& topk_ids, int num_kv_heads, int group,
+                              int topk, std::int64_t block_bytes) {
+  Traffic t;
+  std::vector<std::uint8_t> seen;
+  for (std::size_t r = 0; r + 1 < query_start.size(); ++r) {
+    const std::int32_t q0 = query_start[r], qlen = query_start[r + 1] - q0;
+    const std::int32_t blocks = (std::max(seq_lens[r], 0) + kBlockSize - 1) / kBlockSize;
+    for (int h = 0; h < num_kv_heads; ++h) {
+      seen.assign(std::size_t(blocks), 0);
+      for (std::int32_t i = 0; i < qlen; ++i) {
+        const std::int32_t* row = topk_ids.data() + (std::int64_t(q0 + i) * num_kv_heads + h) * topk;
+        const std::int32_t p = token_position(seq_lens[r], qlen, i);
+        const std::int64_t k = row_keys(row, topk, p, seq_lens[r]);
+        t.keys += k * group;
+        if (k == 0) continue;
+        for (int j = 0; j < topk; ++j) {
+          const std::int32_t b = row[j];
+          if (b < 0 || b >= blocks || std::int64_t(b) * kBlockSize > p || seen[std::size_t(b)]) continue;
+          seen[std::size_t(b)] = 1;
+          ++t.blocks;
+        }
+      }
+    }
+  }
+  t.flops = 4.0 * kHeadDim * double(t.keys);
+  t.bytes = double(t.blocks) * double(block_bytes);
+  return t;
+}
+
+inline Traffic index_traffic(const std::vector<std::int32_t>& query_start,
+                             const std::vector<std::int32_t>& seq_lens, int num_kv_heads,
+                             DType index_dtype) {
+  Traffic t;
+  for (std::size_t r = 0; r + 1 < query_start.size(); ++r) {
+    const std::int32_t qlen = query_start[r + 1] - query_start[r];
+    if (seq_lens[r] <= 0 || qlen <= 0) continue;
+    for (std::int32_t i = 0; i < qlen; ++i)
+      t.keys += std::int64_t(token_position(seq_lens[r], qlen, i) + 1) * num_kv_heads;
+    t.blocks += (seq_lens[r] + kBlockSize - 1) / kBlockSize;
+  }
+  t.flops = 2.0 * kHeadDim * double(t.keys);
+  t.bytes = double(t.blocks) * kBlockSize * kHeadDim * double(dtype_bytes(index_dtype));
+  return t;
+}
+
+// ---- rotation of inputs beyond L2 ---------------------------------------------------
+// Copies of a case's inputs so that consecutive replays touch different memory
+// and the copies together span at least 4x the L2: at least 2, at most
+// `max_copies`, and no more than `memory_budget` / `bytes_per_copy`.
+inline int rotation_copies(double replay_bytes, double bytes_per_copy, double l2_bytes,
+                           double memory_budget, int max_copies = 64) {
+  int n = replay_bytes > 0.0 ? int(std::ceil(4.0 * l2_bytes / replay_bytes)) : max_copies;
+  n = std::clamp(n, 2, max_copies);
+  if (bytes_per_copy > 0.0) n = std::min<int>(n, int(std::max(1.0, std::floor(memory_budget / bytes_per_copy))));
+  return std::max(n, 1);
+}
+
+// Upper bound of the device bytes one copy of a case's inputs occupies (the
+// pages a copy maps, its top-k and block tables), used to size the sweep.
+inline double bench_copy_bytes_bound(const BenchCase& c) {
+  const double blocks = double((c.context + kBlockSize - 1) / kBlockSize);
+  const double requests = c.batch;
+  if (c.op == BenchOp::index) {
+    return requests * blocks * kBlockSize * kHeadDim * double(dtype_bytes(c.dtype)) + requests * blocks * 4.0;
+  }
+  // Decode: a request maps at most (query_len * topk) blocks per KV head; prefill all of them.
+  const double per_request = c.prefill ? blocks : std::min(blocks, double(c.query_len) * c.topk * c.num_kv_heads);
+  const double page = double(c.num_kv_heads) * double(kv_block_bytes(c.dtype, ScaleMode::per_tensor));
+  return requests * per_request * page + double(c.num_tokens()) * c.num_kv_heads * c.topk * 4.0 +
+         requests * blocks * 4.0;
+}
+
+// Device bytes of the parts every copy shares: queries, outputs, the indexer's
+// score workspace (an estimate; the attention workspace is asked from the plan).
+inline double bench_shared_bytes(const BenchCase& c) {
+  const double tokens = double(c.num_tokens());
+  const double blocks = double((c.context + kBlockSize - 1) / kBlockSize);
+  if (c.op == BenchOp::index)
+    return tokens * c.num_kv_heads * (kHeadDim * 2.0 + blocks * 4.0 + c.topk * 4.0);
+  return tokens * c.num_q_heads * (kHeadDim * 2.0 * 2.0 + 4.0);
+}
+
+// ---- timing summary ----------------------------------------------------------------
+struct TimeStats {
+  double median_us = 0.0;
+  double min_us = 0.0;
+  double mean_us = 0.0;
+  double p90_us = 0.0;
+  int samples = 0;
+};
+
+inline TimeStats summarize_ms(std::vector<float> ms) {
+  TimeStats s;
+  if (ms.empty()) return s;
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  s.samples = int(n);
+  s.min_us = 1e3 * ms.front();
+  s.median_us = 1e3 * (n % 2 ? ms[n / 2] : 0.5 * (double(ms[n / 2 - 1]) + ms[n / 2]));
+  double sum = 0.0;
+  for (const float x : ms) sum += x;
+  s.mean_us = 1e3 * sum / double(n);
+  s.p90_us = 1e3 * ms[std::min(n - 1, std::size_t(std::ceil(0.9 * double(n))) - 1)];
+  return s;
+}
+
+}  // namespace msa::tool

@@ -1,0 +1,25 @@
+// The machine's ceilings, measured in the same run as the benchmark:
+//  - copy: device-to-device cudaMemcpyAsync of `copy_bytes` (>= 1 GiB), counting
+//    bytes read + written (2 x copy_bytes per copy), median of the replays;
+//  - gemm: a bf16 x bf16 -> bf16 GEMM of n^3 with fp32 accumulation through
+//    cuBLAS on random data, 2 n^3 FLOP, median of the replays.
+#pragma once
+
+#include <cstdint>
+
+#include "msa/cuda.hpp"
+
+namespace msa::tool {
+
+struct Ceilings {
+  std::int64_t copy_bytes = 0;  // bytes of one copy (read once, written once)
+  double copy_ms = 0.0;         // median
+  double copy_gbps = 0.0;       // 2 * copy_bytes / copy_ms
+  int gemm_n = 0;
+  double gemm_ms = 0.0;         // median
+  double gemm_tflops = 0.0;     // 2 n^3 / gemm_ms
+};
+
+Ceilings measure_ceilings(cuda::Stream stream, int replays);
+
+}  // namespace msa::tool

@@ -1,0 +1,232 @@
+// `msa bench`: the options, the machine's ceilings, the sweep, the table and
+// the JSON report. How to read the output: bench/README.md.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nlohmann/json.hpp>
+
+#include "bench_accounting.hpp"
+#include "bench_case.hpp"
+#include "bench_ceilings.hpp"
+#include "commands.hpp"
+#include "cuda/common/check.cuh"
+#include "device_memory.hpp"
+#include "msa/cuda.hpp"
+
+namespace msa::tool {
+
+namespace {
+
+struct BenchOptions {
+  bool quick = false;
+  bool list = false;
+  std::vector<std::string> filters;
+  int iters = 100;
+  int warmup = 5;
+  double budget_ms = 250.0;
+  std::string pattern = "random";
+  std::uint64_t seed = 1;
+  int ceiling_replays = 20;
+  std::string json;
+};
+
+const char* kClockQuery =
+    "nvidia-smi --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu "
+    "--format=csv,noheader 2>/dev/null";
+
+nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
+  const BenchCase& c = r.c;
+  nlohmann::json j = {{"name", c.name()},
+                      {"op", c.op == BenchOp::attend ? "attend" : "index"},
+                      {"mode", c.mode()},
+                      {"num_q_heads", c.num_q_heads},
+                      {"num_kv_heads", c.num_kv_heads},
+                      {"dtype", dtype_name(c.dtype)},
+                      {"context", c.context},
+                      {"batch", c.batch},
+                      {"query_len", c.query_len},
+                      {"topk", c.topk},
+                      {"tokens", c.num_tokens()}};
+  if (!r.error.empty()) {
+    j["error"] = r.error;
+    return j;
+  }
+  const double s = r.time.median_us * 1e-6;
+  const double tflops = r.traffic.flops / s * 1e-12, gbps = r.traffic.bytes / s * 1e-9;
+  j["time_us"] = {{"median", r.time.median_us}, {"min", r.time.min_us}, {"mean", r.time.mean_us},
+                  {"p90", r.time.p90_us}, {"replays", r.time.samples}};
+  j["flops"] = r.traffic.flops;
+  j["bytes"] = r.traffic.bytes;
+  j[c.op == BenchOp::attend ? "attended_keys" : "scored_keys"] = r.traffic.keys;
+  j["distinct_blocks"] = r.traffic.blocks;
+  j["tflops"] = tflops;
+  j["gbps"] = gbps;
+  j["frac_gemm"] = tflops / ceil.gemm_tflops;
+  j["frac_copy"] = gbps / ceil.copy_gbps;
+  j["copies"] = r.copies;
+  j["graph"] = r.graph;
+  j["device_bytes"] = r.device_bytes;
+  if (!r.note.empty()) j["note"] = r.note;
+  return j;
+}
+
+void print_row(const BenchResult& r, const Ceilings& ceil) {
+  if (!r.error.empty()) {
+    std::printf("%-46s  ERROR: %s\n", r.c.name().c_str(), r.error.c_str());
+    return;
+  }
+  const double s = r.time.median_us * 1e-6;
+  const double tflops = r.traffic.flops / s * 1e-12, gbps = r.traffic.bytes / s * 1e-9;
+  std::printf("%-46s %10.1f %8.1f %6.1f%% %8.0f %6.1f%% %6d%s\n", r.c.name().c_str(), r.time.median_us, tflops,
+              100.0 * tflops / ceil.gemm_tflops, gbps, 100.0 * gbps / ceil.copy_gbps, r.copies,
+              r.graph ? "" : "  (no graph)");
+  std::fflush(stdout);
+}
+
+int run_bench(const BenchOptions& o) {
+  std::vector<BenchCase> cases;
+  for (const BenchCase& c : o.quick ? quick_bench_cases() : default_bench_cases())
+    if (matches_any(c, o.filters)) cases.push_back(c);
+  if (o.list) {
+    for (const BenchCase& c : cases) std::printf("%s\n", c.name().c_str());
+    return kExitOk;
+  }
+  MSA_CHECK(!cases.empty(), "--case: no case matches (see msa bench --list)");
+  if (cuda::device_count() == 0) {
+    std::fprintf(stderr,
+                 "msa bench: no CUDA device is usable here (the CUDA runtime finds none); run it on a "
+                 "machine with an H200 (sm_90a)\n");
+    return kExitUsage;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const DeviceInfo dev = device_info();
+  const std::string commit = shell_line("git rev-parse HEAD 2>/dev/null");
+  const std::string clocks_start = shell_line(kClockQuery);
+  BenchSettings s;
+  s.iters = o.iters;
+  s.warmup = o.warmup;
+  s.budget_ms = o.budget_ms;
+  s.pattern = o.pattern == "clustered" ? TopkPattern::clustered : TopkPattern::random;
+  s.seed = o.seed;
+  s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
+  s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
+
+  std::printf("msa bench: %s, %d SMs, L2 %.0f MB, %.0f GB; commit %s\n", dev.name.c_str(), dev.sm_count,
+              s.l2_bytes / 1e6, double(dev.memory_bytes) / 1e9, commit.empty() ? "unknown" : commit.c_str());
+  std::printf("clocks (sm, mem, max sm, max mem, power, temp): %s\n",
+              clocks_start.empty() ? "nvidia-smi not available" : clocks_start.c_str());
+
+  cudaStream_t stream = nullptr;
+  MSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const Ceilings ceil = measure_ceilings(stream, o.ceiling_replays);
+  std::printf("ceilings: copy %.0f GB/s (cudaMemcpyAsync D2D of %.0f GiB, read + write, median of %d); "
+              "bf16 GEMM %d^3 %.0f TFLOP/s (cuBLAS, fp32 accumulate, median of %d)\n",
+              ceil.copy_gbps, double(ceil.copy_bytes) / double(1 << 30), o.ceiling_replays, ceil.gemm_n,
+              ceil.gemm_tflops, o.ceiling_replays);
+  std::printf("timing: the attend / index run step captured in a CUDA graph per input copy; copies rotate so that "
+              "consecutive replays touch different memory (>= 4x L2 together); median of up to %d replays after "
+              "%d warm-up; top-k pattern %s\n\n",
+              o.iters, o.warmup, o.pattern.c_str());
+  std::printf("%-46s %10s %8s %7s %8s %7s %6s\n", "case", "time_us", "TFLOP/s", "%gemm", "GB/s", "%copy", "copies");
+
+  nlohmann::json jcases = nlohmann::json::array();
+  int errors = 0;
+  std::string fatal;
+  for (const BenchCase& c : cases) {
+    const BenchResult r = run_bench_case(c, s, stream);
+    print_row(r, ceil);
+    errors += r.error.empty() ? 0 : 1;
+    jcases.push_back(case_json(r, ceil));
+    const std::string e = device_error();
+    if (!e.empty()) {
+      fatal = "the device is in an error state after '" + c.name() + "' (" + e + "); the sweep stops";
+      std::printf("FATAL %s\n", fatal.c_str());
+      break;
+    }
+  }
+  (void)cudaStreamDestroy(stream);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string clocks_end = shell_line(kClockQuery);
+  std::printf("\n%zu cases in %.0f s, %d errors\n", jcases.size(), seconds, errors);
+
+  if (!o.json.empty()) {
+    nlohmann::json j = {
+        {"command", "bench"},
+        {"commit", commit},
+        {"gpu",
+         {{"name", dev.name},
+          {"sm_count", dev.sm_count},
+          {"compute_capability", std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor)},
+          {"memory_bytes", dev.memory_bytes},
+          {"l2_bytes", dev.l2_bytes},
+          {"sm_clock_max_mhz", dev.sm_clock_max_mhz},
+          {"mem_clock_max_mhz", dev.mem_clock_max_mhz},
+          {"mem_bus_bits", dev.mem_bus_bits},
+          {"clocks_start", clocks_start},
+          {"clocks_end", clocks_end}}},
+        {"ceilings",
+         {{"copy_bytes", ceil.copy_bytes},
+          {"copy_ms", ceil.copy_ms},
+          {"copy_gbps", ceil.copy_gbps},
+          {"gemm_n", ceil.gemm_n},
+          {"gemm_ms", ceil.gemm_ms},
+          {"gemm_tflops", ceil.gemm_tflops},
+          {"replays", o.ceiling_replays}}},
+        {"settings",
+         {{"iters", o.iters},
+          {"warmup", o.warmup},
+          {"budget_ms", o.budget_ms},
+          {"pattern", o.pattern},
+          {"seed", o.seed},
+          {"quick", o.quick},
+          {"filters", o.filters},
+          {"rotation", "input copies (own top-k, block tables and pages) spanning >= 4x L2; replay i uses copy i % copies"},
+          {"flops", "4 * 128 * attended keys summed over (token, query head); index: 2 * 128 * scored keys over (token, KV head)"},
+          {"bytes", "K+V (+scales) bytes of each distinct (request, KV head, block); index: index-cache blocks per request"}}},
+        {"seconds", seconds},
+        {"errors", errors},
+        {"fatal", fatal},
+        {"cases", jcases}};
+    std::ofstream f(o.json);
+    MSA_CHECK(f.good(), "--json: cannot write ", o.json);
+    f << j.dump(2) << "\n";
+  }
+  return errors == 0 && fatal.empty() ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+Command register_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* sub = app.add_subcommand(
+      "bench",
+      "Times prefill, decode and verify attention (and the indexer) on MiniMax-M3 per-rank shapes, with the "
+      "machine's copy-bandwidth and GEMM ceilings measured in the same run. See bench/README.md.");
+  sub->add_flag("--quick", o->quick, "about ten cases (well under two minutes)");
+  sub->add_option("--case", o->filters,
+                  "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)");
+  sub->add_flag("--list", o->list, "print the selected case names and exit");
+  sub->add_option("--iters", o->iters, "most timed replays per case")->capture_default_str()->check(CLI::Range(1, 100000));
+  sub->add_option("--warmup", o->warmup, "untimed replays before timing")->capture_default_str()->check(CLI::Range(0, 1000));
+  sub->add_option("--budget-ms", o->budget_ms, "fewer replays (at least 10) for cases slower than this budget")
+      ->capture_default_str();
+  sub->add_option("--pattern", o->pattern, "top-k pattern: random or clustered")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"random", "clustered"}));
+  sub->add_option("--seed", o->seed, "seed of the synthetic top-k lists and data")->capture_default_str();
+  sub->add_option("--ceiling-replays", o->ceiling_replays, "replays of the copy and GEMM ceilings")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  sub->add_option("--json", o->json, "also write everything as JSON to FILE");
+  return Command{sub, [o] { return run_bench(*o); }};
+}
+
+}  // namespace msa::tool

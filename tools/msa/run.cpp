@@ -1,0 +1,326 @@
+// `msa run`: one realistic engine step of one sparse layer, on the CPU engine.
+//
+// The default is a MiniMax-M3 TP4 rank (16 query heads, 1 KV head) serving a
+// mixed step: 8 decode requests with one draft token each, at cached contexts
+// spread over 8K..64K tokens, plus one chunked prefill of 1,536 new tokens on a
+// 32K cached context. The step runs insert, index and attend, and sampled rows
+// are checked against the float64 oracle. Exit 0 only if the check passes.
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "command.hpp"
+#include "cpu/parallel.hpp"
+#include "msa/cpu.hpp"
+#include "msa/error.hpp"
+#include "oracle_check.hpp"
+#include "report.hpp"
+#include "step_stats.hpp"
+#include "workload.hpp"
+#if MSA_HAVE_CUDA
+#include "msa/cuda.hpp"
+#endif
+
+namespace msa::tool {
+
+namespace {
+
+struct RunOptions {
+  int tp = 4;
+  int batch = 8;                  // decode requests
+  int draft_tokens = 1;           // per decode request: query length 1 + draft_tokens
+  int decode_context_min = 8192;  // cached context of the decodes, tokens
+  int decode_context_max = 65536;
+  int context = 32768;        // cached context of the prefill
+  int prefill_tokens = 1536;  // new tokens of the prefill (0: no prefill)
+  std::string kv_dtype = "bf16";
+  std::string kv_scales = "tensor";
+  std::string layout = "hnd";
+  std::string q_dtype = "bf16";
+  std::string index_dtype = "bf16";
+  int topk = 16;
+  std::uint64_t seed = 0;
+  int threads = 0;
+  std::string backend = "cpu";
+  int decode_rows = 32;   // oracle rows sampled among the decode tokens
+  int prefill_rows = 24;  // oracle rows sampled among the prefill tokens
+  std::string json;
+  bool quiet = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A CLI11 check that accepts what `parse` accepts and otherwise repeats the library's words.
+template <typename Parse>
+CLI::Validator library_check(const char* name, Parse parse) {
+  return CLI::Validator(
+      [parse](std::string& s) -> std::string {
+        try {
+          parse(s);
+          return {};
+        } catch (const msa::Error& e) {
+          return e.what();
+        }
+      },
+      name);
+}
+
+// Progress lines on stderr, so that long stages show signs of life.
+struct Progress {
+  bool quiet = false;
+  Clock::time_point start = Clock::now();
+  Clock::time_point last = start;
+  void say(const std::string& what) {
+    last = Clock::now();
+    if (!quiet) std::fprintf(stderr, "msa run: [%6.1f s] %s\n", seconds_since(start), what.c_str());
+  }
+  // At most one line every two seconds.
+  void tick(const std::string& what) {
+    if (seconds_since(last) >= 2.0) say(what);
+  }
+};
+
+// Decode contexts spread over [min, max]: one uniform draw in each of `batch` equal strata.
+std::vector<RequestShape> make_requests(const RunOptions& o) {
+  std::vector<RequestShape> requests;
+  std::mt19937_64 rng(o.seed ^ 0x5EEDull);
+  const double span = double(o.decode_context_max - o.decode_context_min);
+  for (int i = 0; i < o.batch; ++i) {
+    const double u = double(rng() >> 11) * 0x1p-53;
+    const int context = o.decode_context_min + int(span * (i + u) / o.batch);
+    requests.push_back(RequestShape{1 + o.draft_tokens, context});
+  }
+  if (o.prefill_tokens > 0) requests.push_back(RequestShape{o.prefill_tokens, o.context});
+  return requests;
+}
+
+WorkloadSpec make_spec(const RunOptions& o) {
+  WorkloadSpec s;
+  s.model = ModelConfig::minimax_m3(o.tp);
+  s.model.topk = o.topk;
+  s.kv_dtype = parse_dtype(o.kv_dtype, "--kv-dtype");
+  s.fp8_scales = o.kv_scales == "token" ? ScaleMode::per_token_head : ScaleMode::per_tensor;
+  s.layout = parse_layout(o.layout.c_str(), "--layout");
+  s.q_dtype = parse_dtype(o.q_dtype, "--q-dtype");
+  s.index_dtype = parse_dtype(o.index_dtype, "--index-dtype");
+  s.requests = make_requests(o);
+  s.decode_threshold = 1 + o.draft_tokens;
+  s.seed = o.seed;
+  s.num_threads = o.threads;
+  return s;
+}
+
+// Cross-option checks CLI11 cannot express; throws CLI::ValidationError (exit 2).
+void check_options(const RunOptions& o) {
+  if (o.decode_context_min > o.decode_context_max) {
+    throw CLI::ValidationError("--decode-context-min", std::to_string(o.decode_context_min) +
+                                                           " is above --decode-context-max " +
+                                                           std::to_string(o.decode_context_max));
+  }
+  if (o.batch == 0 && o.prefill_tokens == 0) {
+    throw CLI::ValidationError("--batch",
+                               "0 decodes and --prefill-tokens 0: the step would be empty");
+  }
+  if (o.prefill_tokens > 0 && o.prefill_tokens <= 1 + o.draft_tokens) {
+    throw CLI::ValidationError("--prefill-tokens", std::to_string(o.prefill_tokens) +
+                                                       " must exceed the decode query length " +
+                                                       std::to_string(1 + o.draft_tokens) +
+                                                       " (1 + --draft-tokens)");
+  }
+}
+
+// The CUDA backend is not wired into `msa run` yet: say why and exit 2.
+int refuse_cuda() {
+#if MSA_HAVE_CUDA
+  if (msa::cuda::device_count() == 0) {
+    std::fprintf(stderr, "msa run: --backend cuda: no CUDA device is visible on this machine\n");
+  } else {
+    std::fprintf(stderr,
+                 "msa run: --backend cuda is not available in `msa run` yet; use --backend cpu\n");
+  }
+#else
+  std::fprintf(stderr,
+               "msa run: --backend cuda: this msa was built without the CUDA backend "
+               "(configured with MSA_CUDA=OFF, or no nvcc was found)\n");
+#endif
+  return kExitUsage;
+}
+
+std::string gflops(double flops, double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GFLOP/s", seconds > 0 ? flops / seconds * 1e-9 : 0.0);
+  return buf;
+}
+
+int run(const RunOptions& o) {
+  check_options(o);
+  if (o.backend == "cuda") return refuse_cuda();
+  const Clock::time_point start = Clock::now();
+  Progress progress{o.quiet, start, start};
+  const WorkloadSpec spec = make_spec(o);
+
+  RunReport report;
+  report.tp = o.tp;
+  report.backend = o.backend;
+  report.threads = cpu::resolve_threads(o.threads);
+  report.draft_tokens = o.draft_tokens;
+
+  progress.say("setup: synthesizing the caches and inserting the cached context");
+  Clock::time_point t0 = Clock::now();
+  Workload w(spec, [&](const char* what, std::int64_t done, std::int64_t total) {
+    progress.tick(detail::concat("setup: ", what, " ", with_commas(done), " / ", with_commas(total),
+                                 " tokens"));
+  });
+  report.workload = &w;
+  std::int64_t cached = 0;
+  for (std::int32_t c : w.meta().context_lens) cached += c;
+  report.stages.push_back(
+      {"setup", seconds_since(t0), with_commas(cached) + " cached tokens generated and inserted"});
+
+  const StepView step = w.step();
+  const cpu::Options cpu = w.cpu_options();
+  t0 = Clock::now();
+  cpu::insert_kv(w.kv_view(), w.insert_kv_args(), cpu);
+  cpu::insert_index(w.index_view(), w.insert_index_args(), cpu);
+  report.stages.push_back(
+      {"insert", seconds_since(t0), with_commas(w.num_tokens()) + " tokens: K, V and index key"});
+
+  progress.say("index: scoring blocks and selecting the top-k");
+  t0 = Clock::now();
+  cpu::index(step, w.indexer_args(), cpu);
+  const double index_s = seconds_since(t0);
+  report.stats = step_stats(w);
+  report.stages.push_back({"index", index_s,
+                           format_count(double(report.stats.index_keys_scored)) +
+                               " index keys scored, " +
+                               gflops(report.stats.index_flops(), index_s)});
+
+  progress.say("attend: sparse attention over the selected blocks");
+  t0 = Clock::now();
+  cpu::attend(step, w.attention_args(), cpu);
+  const double attend_s = seconds_since(t0);
+  report.stages.push_back({"attend", attend_s,
+                           format_count(double(report.stats.keys_attended)) +
+                               " keys attended (all query heads), " +
+                               gflops(report.stats.attend_flops(), attend_s)});
+
+  progress.say("check: float64 oracle on sampled rows");
+  t0 = Clock::now();
+  const auto rows = sample_rows(w.meta(), o.decode_rows, o.prefill_rows);
+  report.check = check_rows(w, rows, contract_tolerance(false));
+  report.stages.push_back(
+      {"check", seconds_since(t0),
+       std::to_string(rows.size()) + " rows against float64 dense masked attention"});
+  report.total_seconds = seconds_since(start);
+
+  print_report(report, stdout);
+  std::fflush(stdout);
+  if (!o.json.empty()) {
+    std::ofstream f(o.json);
+    f << report_json(report).dump(2) << '\n';
+    MSA_CHECK(f.good(), "--json ", o.json, ": cannot write the file");
+  }
+  return report.check.passed() ? kExitOk : kExitFailed;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& msa) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* app = msa.add_subcommand(
+      "run",
+      "Run one synthetic engine step (insert, index, attend) of a MiniMax-M3 sparse layer and "
+      "check sampled rows against the float64 oracle");
+  const auto kv_dtype = library_check("KV_DTYPE", [](const std::string& s) {
+    const DType t = parse_dtype(s, "--kv-dtype");
+    MSA_CHECK(t == DType::bf16 || t == DType::fp16 || is_fp8(t) || t == DType::nvfp4,
+              "--kv-dtype = ", s,
+              " is not a KV cache dtype (bf16, fp16, fp8_e4m3, fp8_e5m2, nvfp4)");
+  });
+  const auto q_dtype = library_check("Q_DTYPE", [](const std::string& s) {
+    const DType t = parse_dtype(s, "--q-dtype");
+    MSA_CHECK(is_half(t) || t == DType::fp8_e4m3, "--q-dtype = ", s,
+              " is not a query dtype (bf16, fp16, fp8_e4m3)");
+  });
+  const auto index_dtype = library_check("INDEX_DTYPE", [](const std::string& s) {
+    const DType t = parse_dtype(s, "--index-dtype");
+    MSA_CHECK(t == DType::bf16 || t == DType::fp8_e4m3, "--index-dtype = ", s,
+              " is not an index cache dtype (bf16, fp8_e4m3)");
+  });
+  const auto layout =
+      library_check("LAYOUT", [](const std::string& s) { parse_layout(s.c_str(), "--layout"); });
+  const auto tokens = CLI::Range(0, 1 << 24);
+  app->option_defaults()->multi_option_policy(
+      CLI::MultiOptionPolicy::TakeLast);  // the last one wins
+
+  app->add_option("--tp", o->tp, "tensor-parallel degree: per-rank heads of MiniMax-M3")
+      ->check(CLI::IsMember({1, 2, 4, 8}))
+      ->capture_default_str();
+  app->add_option("--batch", o->batch, "decode requests")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  app->add_option("--draft-tokens", o->draft_tokens,
+                  "speculative draft tokens per decode (query length 1 + this)")
+      ->check(CLI::Range(0, 15))
+      ->capture_default_str();
+  app->add_option("--decode-context-min", o->decode_context_min,
+                  "shortest cached context of a decode, tokens")
+      ->check(tokens)
+      ->capture_default_str();
+  app->add_option("--decode-context-max", o->decode_context_max,
+                  "longest cached context of a decode, tokens")
+      ->check(tokens)
+      ->capture_default_str();
+  app->add_option("--context", o->context, "cached context of the chunked prefill, tokens")
+      ->check(tokens)
+      ->capture_default_str();
+  app->add_option("--prefill-tokens", o->prefill_tokens,
+                  "new tokens of the chunked prefill (0: no prefill)")
+      ->check(tokens)
+      ->capture_default_str();
+  app->add_option("--kv-dtype", o->kv_dtype,
+                  "KV cache dtype: bf16, fp16, fp8_e4m3, fp8_e5m2, nvfp4")
+      ->check(kv_dtype)
+      ->capture_default_str();
+  app->add_option("--kv-scales", o->kv_scales,
+                  "fp8 KV scales: tensor (one per K and V) or token (per token and head)")
+      ->check(CLI::IsMember({"tensor", "token"}))
+      ->capture_default_str();
+  app->add_option("--layout", o->layout, "KV page layout: hnd, nhd, split (nvfp4 has its own)")
+      ->check(layout)
+      ->capture_default_str();
+  app->add_option("--q-dtype", o->q_dtype, "query dtype: bf16, fp16, fp8_e4m3 (output bf16)")
+      ->check(q_dtype)
+      ->capture_default_str();
+  app->add_option("--index-dtype", o->index_dtype, "index cache dtype: bf16, fp8_e4m3")
+      ->check(index_dtype)
+      ->capture_default_str();
+  app->add_option("--topk", o->topk, "blocks selected per (token, KV head)")
+      ->check(CLI::Range(1, kMaxTopk))
+      ->capture_default_str();
+  app->add_option("--seed", o->seed, "seed of every random input")->capture_default_str();
+  app->add_option("--threads", o->threads, "CPU engine threads (0: one per hardware thread)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app->add_option("--backend", o->backend, "cpu, or cuda (not available in `msa run` yet)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  app->add_option("--decode-rows", o->decode_rows, "decode tokens checked against the oracle")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app->add_option("--prefill-rows", o->prefill_rows, "prefill tokens checked against the oracle")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app->add_option("--json", o->json, "also write the report as JSON to this file");
+  app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
+  return Command{app, [o] { return run(*o); }};
+}
+
+}  // namespace msa::tool
