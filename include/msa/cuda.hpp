@@ -48,9 +48,11 @@ void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, Stre
 std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_heads,
                                   std::int32_t max_blocks);
 // Block scores then top-k, for every token of the step. `max_blocks` bounds
-// ceil(seq_len / 128) over the step's requests. If `scores_out` is not null the
-// scores are left there ([num_tokens, num_kv_heads, max_blocks], -inf where not
-// eligible) so tests can feed the very same scores to the CPU selection.
+// ceil(seq_len / 128) over the step's requests. The scores stay at the start of
+// the workspace afterwards ([num_tokens, num_kv_heads, max_blocks] fp32, -inf
+// where not eligible), so tests can feed the very same scores to the CPU
+// selection. index_q, the index cache base and its page stride in bytes must be
+// 16-byte aligned.
 void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, void* workspace,
            std::size_t workspace_bytes, Stream stream, const DeviceCheck& check = {});
 // Selection alone, from given scores [num_tokens, num_kv_heads, max_blocks].

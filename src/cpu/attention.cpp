@@ -107,15 +107,21 @@ void attend_item(const StepView& step, const AttentionArgs& args, int group, std
   const std::int64_t p = step.position(t, r);
   const std::int64_t seq_len = step.seq_lens[r];
 
-  // Selected blocks that hold keys for this token, ascending.
+  // Selected blocks that hold keys for this token, ascending. Ids and pages
+  // outside the table or the cache (possible only with opt.check off) are
+  // skipped rather than read.
   std::int32_t ids[kMaxTopk];
   int num_ids = 0;
   const std::int32_t* row = args.topk.row(t, h);  // [topk]
   for (int k = 0; k < args.topk.topk; ++k) {
     const std::int64_t b = row[k];
-    if (b >= 0 && p >= 0 && b * kBlockSize <= p && b * kBlockSize < seq_len) ids[num_ids++] = row[k];
+    if (b < 0 || b >= args.block_table.max_blocks || p < 0) continue;
+    if (b * kBlockSize > p || b * kBlockSize >= seq_len) continue;
+    const std::int64_t page = args.block_table.at(r, b);
+    if (page >= 0 && page < args.cache.num_pages) ids[num_ids++] = row[k];
   }
   std::sort(ids, ids + num_ids);
+  num_ids = int(std::unique(ids, ids + num_ids) - ids);  // S is a set (duplicates: only unchecked)
 
   const std::int64_t head0 = std::int64_t(h) * group;
   const std::int64_t qrow = (std::int64_t(t) * args.num_q_heads + head0) * kHeadDim;
@@ -169,7 +175,12 @@ void attend(const StepView& step, const AttentionArgs& args, const Options& opt)
   // Items are head-major so that a chunk holds neighbouring tokens of one head.
   const int threads = resolve_threads(opt.num_threads);
   const std::int64_t grain = std::clamp<std::int64_t>(items / (8 * std::int64_t(threads)), 1, 16);
-  attn::BlockCachePool pool(args.cache, std::max(32, 2 * args.topk.topk));
+  // Each concurrent chunk holds a cache of converted blocks (128 KiB each):
+  // room for a token's selection and half again, within ~512 MiB in all.
+  const std::int64_t budget_blocks = (std::int64_t(512) << 20) / sizeof(attn::Block) / threads;
+  const int capacity =
+      int(std::max<std::int64_t>(8, std::min<std::int64_t>(budget_blocks, args.topk.topk * 3 / 2 + 1)));
+  attn::BlockCachePool pool(args.cache, capacity);
   parallel_for(items, threads, grain, [&](std::int64_t begin, std::int64_t end) {
     auto blocks = pool.acquire();
     auto st = std::make_unique<GroupState>();

@@ -10,6 +10,8 @@
 
 #include "msa/context_parallel.hpp"
 #include "msa/cpu.hpp"
+#include "msa/numeric.hpp"
+#include "workload.hpp"
 
 namespace {
 
@@ -117,6 +119,109 @@ TEST(ContextParallel, MergePartialsIsExactSoftmaxSplit) {
   msa::cp::merge_partials(outs, lses_empty, 3, 1, got.data(), &lg);
   EXPECT_EQ(lg, ninf);
   for (float x : got) EXPECT_EQ(x, 0.0f);
+}
+
+// The whole layer on N simulated ranks: each rank's cache holds only the pages
+// of the blocks it owns (the others are NaN), the ranks agree on the top-k by
+// exchanging candidates, attend to their own blocks, and the lse-weighted merge
+// equals the single-rank attention.
+TEST(ContextParallel, ShardedLayerEqualsSingleRank) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  msa::WorkloadSpec spec;
+  spec.model = msa::ModelConfig::minimax_m3(4);
+  spec.model.num_kv_heads = 2;
+  spec.model.num_q_heads = 8;
+  spec.requests = {{2, 3000}, {2, 700}, {2, 5000}, {300, 2200}};
+  spec.decode_threshold = 2;
+  spec.seed = seed;
+  msa::Workload w(spec);
+  const auto opt = w.cpu_options();
+  msa::cpu::insert_kv(w.kv_view(), w.insert_kv_args(), opt);
+  msa::cpu::insert_index(w.index_view(), w.insert_index_args(), opt);
+  const auto step = w.step();
+  const int T = w.num_tokens(), H = spec.model.num_kv_heads, K = spec.model.topk;
+  const int Hq = spec.model.num_q_heads;
+
+  // Single rank: index and attend.
+  msa::cpu::index(step, w.indexer_args(), opt);
+  const std::vector<std::int32_t> topk_single = w.topk;
+  msa::cpu::attend(step, w.attention_args(), opt);
+  const std::vector<std::uint8_t> out_single = w.out;
+  const std::vector<float> lse_single = w.lse;
+
+  std::vector<float> scores(std::size_t(T) * H * w.max_blocks);
+  msa::cpu::block_scores(step, w.indexer_args(), scores.data(), w.max_blocks, opt);
+
+  for (int ranks : {2, 3}) {
+    for (int run : {0, 5}) {
+      Sharding sh{ranks, run};
+      SCOPED_TRACE(::testing::Message() << ranks << " ranks, run " << run);
+      // Candidate exchange and merge.
+      std::vector<std::int32_t> merged(std::size_t(T) * H * K);
+      std::vector<Candidate> cands(std::size_t(ranks) * K);
+      for (int t = 0; t < T; ++t) {
+        const int p = step.position(t);
+        for (int h = 0; h < H; ++h) {
+          std::int32_t* row = &merged[(std::size_t(t) * H + h) * K];
+          if (p < 0) { std::fill(row, row + K, -1); continue; }
+          const float* s = &scores[(std::size_t(t) * H + h) * w.max_blocks];
+          for (int r = 0; r < ranks; ++r)
+            msa::cp::local_candidates(s, p / 128, sh, r, K, spec.model.init_blocks,
+                                      spec.model.local_blocks, &cands[std::size_t(r) * K]);
+          msa::cp::merge_candidates(cands.data(), ranks, p / 128, K, spec.model.init_blocks,
+                                    spec.model.local_blocks, row);
+        }
+      }
+      ASSERT_EQ(merged, topk_single);
+
+      // Per-rank attention over a cache holding only the rank's own pages.
+      std::vector<std::vector<float>> outs(ranks), lses(ranks);
+      for (int r = 0; r < ranks; ++r) {
+        std::vector<std::uint8_t> shard = w.kv_bytes;
+        const std::int64_t page_bytes = msa::page_bytes_per_head(spec.kv_dtype) * H;
+        for (int req = 0; req < w.num_requests(); ++req)
+          for (int b = 0; b < w.meta().num_blocks(req); ++b)
+            if (sh.owner(b) != r) {
+              const auto view = w.kv_view();
+              // Compact HND pages: the page's bytes start at page * page_stride elements.
+              std::uint8_t* base = shard.data() + std::int64_t(w.page(req, b)) * view.page_stride * 2;
+              std::fill(base, base + page_bytes, std::uint8_t(0xFF));  // bf16 NaN
+            }
+        std::vector<std::int32_t> mine(merged.size());
+        for (std::size_t row = 0; row < merged.size() / K; ++row)
+          msa::cp::owned_entries(&merged[row * K], K, sh, r, &mine[row * K]);
+        auto args = w.attention_args();
+        args.cache = w.kv_view_at(shard.data(), nullptr, nullptr);
+        args.topk.data = mine.data();
+        std::vector<std::uint16_t> out(std::size_t(T) * Hq * 128);
+        lses[r].assign(std::size_t(T) * Hq, 0.0f);
+        args.out = out.data();
+        args.lse = lses[r].data();
+        msa::cpu::attend(step, args, opt);
+        outs[r].resize(out.size());
+        for (std::size_t i = 0; i < out.size(); ++i) outs[r][i] = msa::num::bf16_to_float(out[i]);
+      }
+      std::vector<const float*> op(ranks), lp(ranks);
+      for (int r = 0; r < ranks; ++r) { op[r] = outs[r].data(); lp[r] = lses[r].data(); }
+      std::vector<float> out(std::size_t(T) * Hq * 128), lse(std::size_t(T) * Hq);
+      msa::cp::merge_partials(op.data(), lp.data(), ranks, std::int64_t(T) * Hq, out.data(), lse.data());
+      double num = 0, den = 0, lse_err = 0;
+      const auto* single = reinterpret_cast<const std::uint16_t*>(out_single.data());
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        const double want = msa::num::bf16_to_float(single[i]);
+        ASSERT_TRUE(std::isfinite(out[i])) << "element " << i;
+        num += (out[i] - want) * (out[i] - want);
+        den += want * want;
+      }
+      for (std::size_t i = 0; i < lse.size(); ++i) {
+        if (std::isinf(lse_single[i])) { ASSERT_EQ(lse[i], lse_single[i]) << "row " << i; continue; }
+        lse_err = std::max(lse_err, double(std::fabs(lse[i] - lse_single[i])));
+      }
+      EXPECT_LE(std::sqrt(num / den), 1e-2);
+      EXPECT_LE(lse_err, 1e-3);
+    }
+  }
 }
 
 }  // namespace

@@ -159,6 +159,19 @@ void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaSt
 }
 
 }  // namespace
+
+void prepare_kernels(const AttentionShape& shape) {
+  const bool f16 = shape.out_dtype == DType::fp16;
+  switch (shape.kv_dtype) {
+    case DType::bf16: return prepare_attend<KvKind::half, false>();
+    case DType::fp16: return prepare_attend<KvKind::half, true>();
+    case DType::fp8_e4m3: return f16 ? prepare_attend<KvKind::e4m3, true>() : prepare_attend<KvKind::e4m3, false>();
+    case DType::fp8_e5m2: return f16 ? prepare_attend<KvKind::e5m2, true>() : prepare_attend<KvKind::e5m2, false>();
+    case DType::nvfp4: return f16 ? prepare_attend<KvKind::nvfp4, true>() : prepare_attend<KvKind::nvfp4, false>();
+    default: fail("attention: cache dtype ", dtype_name(shape.kv_dtype), " is not a KV cache dtype");
+  }
+}
+
 }  // namespace attention
 
 void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args, Stream stream,

@@ -5,6 +5,8 @@
 namespace msa::cuda::attention {
 
 template void launch_attend<KvKind::e5m2, false>(const AttendParams&, std::int64_t, cudaStream_t);
+template void prepare_attend<KvKind::e5m2, false>();
 template void launch_attend<KvKind::e5m2, true>(const AttendParams&, std::int64_t, cudaStream_t);
+template void prepare_attend<KvKind::e5m2, true>();
 
 }  // namespace msa::cuda::attention

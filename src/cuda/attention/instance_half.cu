@@ -5,6 +5,8 @@
 namespace msa::cuda::attention {
 
 template void launch_attend<KvKind::half, false>(const AttendParams&, std::int64_t, cudaStream_t);
+template void prepare_attend<KvKind::half, false>();
 template void launch_attend<KvKind::half, true>(const AttendParams&, std::int64_t, cudaStream_t);
+template void prepare_attend<KvKind::half, true>();
 
 }  // namespace msa::cuda::attention

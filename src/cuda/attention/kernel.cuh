@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/attention/kernel_entries.cuh"
@@ -140,13 +141,27 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const __grid_consta
   write_row<kKind>(p, w, st, smem, tid);
 }
 
+// Raises the kernel's dynamic shared-memory limit, once per device (called by
+// the plan, outside any graph capture, and again harmlessly by the launch).
+template <KvKind kKind, bool kF16>
+void prepare_attend() {
+  static std::atomic<std::uint64_t> done{0};  // bit d: device d prepared
+  int device = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
+  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<kKind, kF16>,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      SmemLayout<kKind>::kBytes));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
 // Launches the kernel over `ctas` CTAs (decode CTAs first, see row_of_cta).
 template <KvKind kKind, bool kF16>
 void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream) {
-  constexpr int kSmem = SmemLayout<kKind>::kBytes;
-  auto* kernel = attend_kernel<kKind, kF16>;
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  kernel<<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmem, stream>>>(p);
+  prepare_attend<kKind, kF16>();
+  attend_kernel<kKind, kF16><<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                               SmemLayout<kKind>::kBytes, stream>>>(p);
   MSA_CUDA_CHECK_LAUNCH();
 }
 

@@ -14,14 +14,26 @@ namespace msa::cuda::attention {
 template <KvKind kKind, bool kF16>
 void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream);
 
+// Raises the kernel's shared-memory limit on the current device (once).
+template <KvKind kKind, bool kF16>
+void prepare_attend();
+
 extern template void launch_attend<KvKind::half, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::half, false>();
 extern template void launch_attend<KvKind::half, true>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::half, true>();
 extern template void launch_attend<KvKind::e4m3, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::e4m3, false>();
 extern template void launch_attend<KvKind::e4m3, true>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::e4m3, true>();
 extern template void launch_attend<KvKind::e5m2, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::e5m2, false>();
 extern template void launch_attend<KvKind::e5m2, true>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::e5m2, true>();
 extern template void launch_attend<KvKind::nvfp4, false>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::nvfp4, false>();
 extern template void launch_attend<KvKind::nvfp4, true>(const AttendParams&, std::int64_t, cudaStream_t);
+extern template void prepare_attend<KvKind::nvfp4, true>();
 
 // Merges the fp32 partials of tokens [token_begin, token_end) (each with
 // `splits` partials) into the output and lse.

@@ -90,6 +90,8 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
   MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % 16 == 0,
             "attention plan: workspace must be 16-byte aligned");
 
+  attention::prepare_kernels(shape);
+
   AttentionPlan plan;
   plan.shape = shape;
   plan.num_tokens = meta.num_tokens;

@@ -9,5 +9,8 @@ namespace msa::cuda::attention {
 void check_shape(const AttentionShape& shape);
 // Streaming multiprocessors of the current device.
 int device_sm_count();
+// Readies the kernel instance the shape runs (shared-memory limit) on the
+// current device, so that attend() itself makes no such call (graph capture).
+void prepare_kernels(const AttentionShape& shape);
 
 }  // namespace msa::cuda::attention

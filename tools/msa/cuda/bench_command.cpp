@@ -212,7 +212,9 @@ Command register_bench(CLI::App& app) {
       "machine's copy-bandwidth and GEMM ceilings measured in the same run. See bench/README.md.");
   sub->add_flag("--quick", o->quick, "about ten cases (well under two minutes)");
   sub->add_option("--case", o->filters,
-                  "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)");
+                  "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--list", o->list, "print the selected case names and exit");
   sub->add_option("--iters", o->iters, "most timed replays per case")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--warmup", o->warmup, "untimed replays before timing")->capture_default_str()->check(CLI::Range(0, 1000));

@@ -150,7 +150,9 @@ Command register_check(CLI::App& app) {
   sub->add_option("--seed", o->seed, "seed of the case list and data")->capture_default_str();
   sub->add_option("--cases", o->cases, "number of cases")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_flag("--quick", o->quick, "14 small cases covering every KV dtype");
-  sub->add_option("--case", o->only, "run only case N of the list (repeatable)");
+  sub->add_option("--case", o->only, "run only case N of the list (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--json", o->json, "also write the results as JSON to FILE");
   return Command{sub, [o] { return run_check(*o); }};
 }
