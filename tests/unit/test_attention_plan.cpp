@@ -72,22 +72,25 @@ TEST(AttentionPlan, StepSplitsJudgeDecodeAndPrefillApart) {
 
 TEST(AttentionPlan, WorkspaceLayout) {
   // Nothing splits: no workspace.
-  const auto none = workspace_layout(100, 10, 16, Splits{1, 1});
+  const auto none = workspace_layout(100, 10, 16, 1, Splits{1, 1});
   EXPECT_EQ(none.bytes, 0u);
   EXPECT_EQ(none.max_splits, 1);
 
   // Only decode rows split: partials cover the decode tokens only.
-  const auto dec = workspace_layout(1000, 10, 16, Splits{4, 1});
+  const auto dec = workspace_layout(1000, 10, 16, 2, Splits{4, 1});
   EXPECT_EQ(dec.partial_tokens, 10);
   EXPECT_EQ(dec.max_splits, 4);
   EXPECT_EQ(dec.out_offset, 0u);
   EXPECT_GE(dec.lse_offset, std::size_t(10) * 16 * 4 * 128 * sizeof(float));
   EXPECT_EQ(dec.lse_offset % 256, 0u);
-  EXPECT_GE(dec.bytes, dec.lse_offset + std::size_t(10) * 16 * 4 * sizeof(float));
+  EXPECT_GE(dec.counter_offset, dec.lse_offset + std::size_t(10) * 16 * 4 * sizeof(float));
+  EXPECT_EQ(dec.counter_offset % 256, 0u);
+  EXPECT_EQ(dec.counter_bytes, std::size_t(10) * 2 * sizeof(std::int32_t));  // per (token, KV head)
+  EXPECT_GE(dec.bytes, dec.counter_offset + dec.counter_bytes);
   EXPECT_EQ(dec.bytes % 256, 0u);
 
   // Prefill rows split too: every token has partials, sized by the larger factor.
-  const auto both = workspace_layout(7, 3, 5, Splits{2, 3});
+  const auto both = workspace_layout(7, 3, 5, 5, Splits{2, 3});
   EXPECT_EQ(both.partial_tokens, 7);
   EXPECT_EQ(both.max_splits, 3);
   EXPECT_GE(both.bytes, std::size_t(7) * 5 * 3 * 129 * sizeof(float));

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "command.hpp"
+#if MSA_HAVE_CUDA
+#include "cuda/commands.hpp"
+#endif
 #include "msa/error.hpp"
 
 int main(int argc, char** argv) {
@@ -18,7 +21,10 @@ int main(int argc, char** argv) {
 
   std::vector<Command> commands;
   commands.push_back(add_run_command(app));
-  // GPU subcommands (tools/msa/cuda/) register here under MSA_HAVE_CUDA.
+#if MSA_HAVE_CUDA
+  commands.push_back(register_check(app));
+  commands.push_back(register_bench(app));
+#endif
 
   // A first word that is neither --help nor a command: name it.
   const std::string first = argc > 1 ? argv[1] : "";

@@ -1,6 +1,6 @@
 // Run step of the CUDA sparse attention: host-side shape checks, the kernel
-// parameters, and the dispatch to one kernel instance plus the combine pass
-// for split rows. Allocates nothing and never synchronizes the host.
+// parameters, and the dispatch to one kernel instance (which also merges split
+// rows). One launch; allocates nothing and never synchronizes the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -70,9 +70,13 @@ void check_run(const AttentionPlan& plan, const StepView& step, const AttentionA
                 plan.prefill_splits <= kMaxSplits,
             "attend: plan splits (", plan.decode_splits, ", ", plan.prefill_splits,
             ") are not in [1, ", kMaxSplits, "]");
-  const bool splits = plan.decode_splits > 1 || plan.prefill_splits > 1;
-  MSA_CHECK(!splits || (plan.partial_out != nullptr && plan.partial_lse != nullptr),
-            "attend: the plan splits rows but has no workspace");
+  const WorkspaceLayout layout =
+      workspace_layout(plan.num_tokens, plan.num_decode_tokens, s.num_q_heads, s.num_kv_heads,
+                       Splits{plan.decode_splits, plan.prefill_splits});
+  MSA_CHECK(layout.bytes == 0 || (plan.workspace != nullptr && plan.workspace_bytes >= layout.bytes &&
+                                  plan.partial_out != nullptr && plan.partial_lse != nullptr),
+            "attend: the plan splits rows (", plan.decode_splits, " / ", plan.prefill_splits,
+            ") but its workspace has ", plan.workspace_bytes, " bytes of the ", layout.bytes, " needed");
   if (step.num_tokens == 0) return;
   MSA_CHECK(args.q != nullptr && args.out != nullptr, "attend: args.q / args.out is null");
   MSA_CHECK(aligned16(args.q) && aligned16(args.out), "attend: args.q and args.out must be 16-byte aligned");
@@ -97,6 +101,11 @@ AttendParams make_params(const AttentionPlan& plan, const StepView& step, const 
   p.lse = args.lse;
   p.partial_out = plan.partial_out;
   p.partial_lse = plan.partial_lse;
+  const WorkspaceLayout layout =
+      workspace_layout(plan.num_tokens, plan.num_decode_tokens, plan.shape.num_q_heads,
+                       plan.shape.num_kv_heads, Splits{plan.decode_splits, plan.prefill_splits});
+  if (layout.bytes > 0)
+    p.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(plan.workspace) + layout.counter_offset);
   p.max_splits = std::max(plan.decode_splits, plan.prefill_splits);
   p.num_q_heads = plan.shape.num_q_heads;
   p.num_kv_heads = plan.shape.num_kv_heads;
@@ -193,8 +202,6 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
   const bool f16 = args.out_dtype == DType::fp16;
   const auto s = static_cast<cudaStream_t>(stream);
   launch(p, args.cache.dtype, f16, ctas, s);
-  if (p.decode_splits > 1) launch_combine(p, 0, step.num_decode_tokens, p.decode_splits, s);
-  if (p.prefill_splits > 1) launch_combine(p, step.num_decode_tokens, step.num_tokens, p.prefill_splits, s);
 }
 
 }  // namespace msa::cuda

@@ -66,11 +66,16 @@ inline Splits choose_step_splits(std::int64_t num_tokens, std::int64_t num_decod
 // decode rows split the arrays cover num_decode_tokens tokens.
 //   partial_out: [partial_tokens, num_q_heads, max_splits, 128] fp32 at out_offset
 //   partial_lse: [partial_tokens, num_q_heads, max_splits] fp32 at lse_offset
+//   counters:    [partial_tokens, num_kv_heads] int32 at counter_offset: splits
+//                of a row that have finished; the last one merges the row and
+//                sets the counter back to 0 (plan_attention zeroes them once)
 struct WorkspaceLayout {
   std::int64_t partial_tokens = 0;
   int max_splits = 1;
   std::size_t out_offset = 0;
   std::size_t lse_offset = 0;
+  std::size_t counter_offset = 0;
+  std::size_t counter_bytes = 0;
   std::size_t bytes = 0;  // 0 when nothing splits
 };
 
@@ -78,7 +83,7 @@ inline constexpr std::size_t kWorkspaceAlign = 256;
 inline std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
 inline WorkspaceLayout workspace_layout(std::int64_t num_tokens, std::int64_t num_decode_tokens,
-                                        int num_q_heads, const Splits& splits) {
+                                        int num_q_heads, int num_kv_heads, const Splits& splits) {
   WorkspaceLayout w;
   w.max_splits = splits.max();
   if (w.max_splits <= 1) return w;
@@ -87,7 +92,9 @@ inline WorkspaceLayout workspace_layout(std::int64_t num_tokens, std::int64_t nu
       std::size_t(w.partial_tokens) * std::size_t(num_q_heads) * std::size_t(w.max_splits);
   w.out_offset = 0;
   w.lse_offset = align_up(entries * 128 * sizeof(float), kWorkspaceAlign);
-  w.bytes = align_up(w.lse_offset + entries * sizeof(float), kWorkspaceAlign);
+  w.counter_offset = align_up(w.lse_offset + entries * sizeof(float), kWorkspaceAlign);
+  w.counter_bytes = std::size_t(w.partial_tokens) * std::size_t(num_kv_heads) * sizeof(std::int32_t);
+  w.bytes = align_up(w.counter_offset + w.counter_bytes, kWorkspaceAlign);
   return w;
 }
 

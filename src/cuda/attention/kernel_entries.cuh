@@ -87,7 +87,7 @@ __device__ __forceinline__ int scan_topk(const AttendParams& p, const RowWork& w
             page = p.table[std::int64_t(w.request) * p.table_stride + id];
             good = page >= 0 && page < p.num_pages;
             if (!good && record)
-              detail::record_bad(p.check, detail::kBadBlockTable, w.request, id, page, p.num_pages);
+              detail::record_bad(p.check, detail::kBadBlockTable, w.request, id, 0, page, p.num_pages);
           }
         }
       }

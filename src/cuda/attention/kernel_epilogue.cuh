@@ -1,7 +1,8 @@
 // Epilogue of the attention kernel: merges the four warps' online-softmax
 // states through shared memory, then writes either the final output and lse
-// (one split) or this split's normalized fp32 partial output and lse for the
-// combine kernel. A row with no visible key writes 0 and lse -inf.
+// (one split) or this split's normalized fp32 partial output and lse; the last
+// split of a row to finish then merges all of them (kernel_combine.cuh). A row
+// with no visible key writes 0 and lse -inf.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/kernel_combine.cuh"
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_mainloop.cuh"
 #include "cuda/attention/kernel_smem.cuh"
@@ -118,6 +120,23 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
       *reinterpret_cast<float4*>(out + 8 * c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
     }
   }
+  if (w.splits == 1) return;
+
+  // Split-K: count this split in; the last one of the row merges the partials.
+  auto* s_last = reinterpret_cast<int*>(smem + L::kCount) + 1;
+  __threadfence();  // this thread's partials are visible device-wide ...
+  __syncthreads();  // ... for every thread, before the count goes up
+  if (tid == 0) {
+    int* counter = p.counters + std::int64_t(w.token) * p.num_kv_heads + w.head;
+    const bool last = atomicAdd(counter, 1) == w.splits - 1;
+    if (last) atomicExch(counter, 0);  // ready for the next call (graph replays)
+    *s_last = last;
+  }
+  __syncthreads();
+  if (!*s_last) return;
+  __threadfence();
+  for (int row = warp; row < p.group; row += kThreads / 32)
+    combine_row(p, w.token, std::int64_t(w.head) * p.group + row, w.splits, lane);
 }
 
 }  // namespace msa::cuda::attention

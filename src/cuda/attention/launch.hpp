@@ -1,5 +1,6 @@
 // Launchers of the attention kernels, one translation unit per KV kind
 // (instance_*.cu) so that they compile in parallel; attend.cu dispatches.
+// Split rows are merged inside the kernel (no separate combine launch).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,10 +35,5 @@ extern template void launch_attend<KvKind::nvfp4, false>(const AttendParams&, st
 extern template void prepare_attend<KvKind::nvfp4, false>();
 extern template void launch_attend<KvKind::nvfp4, true>(const AttendParams&, std::int64_t, cudaStream_t);
 extern template void prepare_attend<KvKind::nvfp4, true>();
-
-// Merges the fp32 partials of tokens [token_begin, token_end) (each with
-// `splits` partials) into the output and lse.
-void launch_combine(const AttendParams& p, int token_begin, int token_end, int splits,
-                    cudaStream_t stream);
 
 }  // namespace msa::cuda::attention

@@ -33,6 +33,7 @@ struct AttendParams {
   float* lse = nullptr;     // [num_tokens, num_q_heads] natural log; may be null
   float* partial_out = nullptr;  // [partial_tokens, num_q_heads, max_splits, 128] fp32
   float* partial_lse = nullptr;  // [partial_tokens, num_q_heads, max_splits] fp32
+  int* counters = nullptr;       // [partial_tokens, num_kv_heads] finished splits, 0 between calls
   int max_splits = 1;
   int num_q_heads = 0;
   int num_kv_heads = 0;

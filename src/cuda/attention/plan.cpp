@@ -1,5 +1,6 @@
 // Plan step of the CUDA sparse attention: validates the shape, chooses the
-// split-K factors (heuristics.hpp) and lays out the caller's workspace. The
+// split-K factors (heuristics.hpp), lays out the caller's workspace and
+// enqueues the zeroing of its split counters on the stream. The
 // plan depends only on the shape and the token counts, never on sequence
 // lengths, top-k lists or block tables, so a captured decode graph stays valid
 // while those change.
@@ -71,17 +72,18 @@ std::size_t attention_workspace_bytes(const BatchMetadata& meta, const Attention
   attention::check_meta(meta);
   const attention::Splits splits = attention::step_splits(meta, shape);
   return attention::workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads,
-                                     splits)
+                                     shape.num_kv_heads, splits)
       .bytes;
 }
 
 AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
-                             std::size_t workspace_bytes, Stream /*stream*/) {
+                             std::size_t workspace_bytes, Stream stream) {
   attention::check_shape(shape);
   attention::check_meta(meta);
   const attention::Splits splits = attention::step_splits(meta, shape);
   const attention::WorkspaceLayout layout =
-      attention::workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, splits);
+      attention::workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads,
+                                  shape.num_kv_heads, splits);
   MSA_CHECK(workspace_bytes >= layout.bytes, "attention plan: workspace_bytes = ", workspace_bytes,
             " but the plan needs ", layout.bytes, " (", layout.partial_tokens, " tokens x ",
             shape.num_q_heads, " heads x ", layout.max_splits, " splits of fp32 partials)");
@@ -104,6 +106,9 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
     auto* base = static_cast<unsigned char*>(workspace);
     plan.partial_out = reinterpret_cast<float*>(base + layout.out_offset);
     plan.partial_lse = reinterpret_cast<float*>(base + layout.lse_offset);
+    // The split counters start at 0; attend() leaves them at 0 again.
+    MSA_CUDA_CHECK(cudaMemsetAsync(base + layout.counter_offset, 0, layout.counter_bytes,
+                                   static_cast<cudaStream_t>(stream)));
   }
   return plan;
 }

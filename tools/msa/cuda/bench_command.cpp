@@ -125,7 +125,9 @@ int run_bench(const BenchOptions& o) {
               clocks_start.empty() ? "nvidia-smi not available" : clocks_start.c_str());
 
   cudaStream_t stream = nullptr;
-  MSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // A blocking stream: it orders with the synchronous copies and memsets
+  // (legacy default stream) that set up the inputs.
+  MSA_CUDA_CHECK(cudaStreamCreate(&stream));
   const Ceilings ceil = measure_ceilings(stream, o.ceiling_replays);
   std::printf("ceilings: copy %.0f GB/s (cudaMemcpyAsync D2D of %.0f GiB, read + write, median of %d); "
               "bf16 GEMM %d^3 %.0f TFLOP/s (cuBLAS, fp32 accumulate, median of %d)\n",

@@ -78,7 +78,9 @@ int run_check(const CheckOptions& o) {
   std::printf("%-5s %-14s %10s %8s  %s\n", "case", "what", "error", "bound", "result");
 
   cudaStream_t stream = nullptr;
-  MSA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // A blocking stream: it orders with the synchronous copies and memsets
+  // (legacy default stream) that set up the inputs.
+  MSA_CUDA_CHECK(cudaStreamCreate(&stream));
   nlohmann::json jcases = nlohmann::json::array();
   int checks = 0, failed = 0, failed_cases = 0;
   std::vector<std::string> failures;

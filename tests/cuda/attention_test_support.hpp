@@ -1,0 +1,325 @@
+// Helpers of the GPU attention tests (test_cuda_attention.cu): test cases over
+// the workload synthesis, random top-k lists, the float64 oracle over the
+// contract's key set, the CPU engine as a second reference, device copies of a
+// workload and plans with forced split factors. Test-only; included by one file.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cache_reader.hpp"
+#include "compare.hpp"
+#include "cuda/attention/heuristics.hpp"
+#include "gpu_test_util.hpp"
+#include "msa/cpu.hpp"
+#include "msa/cuda.hpp"
+#include "msa/error.hpp"
+#include "msa/numeric.hpp"
+#include "oracle.hpp"
+#include "workload.hpp"
+
+namespace {
+
+using msa::AttentionArgs;
+using msa::BatchMetadata;
+using msa::DType;
+using msa::Layout;
+using msa::RequestShape;
+using msa::ScaleMode;
+using msa::Workload;
+using msa::test::DeviceBuffer;
+
+constexpr double kOutTol = 1e-2;  // rel Frobenius (contract 9; no fp8 arithmetic in the kernel)
+constexpr double kLseTol = 1e-3;  // absolute
+
+// ---- one test case -------------------------------------------------------------
+
+struct Case {
+  std::string name;
+  int q_heads = 16, kv_heads = 1, topk = 16;
+  DType kv = DType::bf16;
+  Layout layout = Layout::hnd;
+  ScaleMode scales = ScaleMode::per_tensor;
+  DType q = DType::bf16;
+  std::vector<RequestShape> requests;
+  int decode_threshold = 1;
+  std::int64_t extra_page_stride = 0;  // elements (bytes for nvfp4) beyond a compact page
+  bool shuffle_topk = false;           // valid entries in random order
+  bool small = false;                  // also run under the sanitizer
+  std::uint64_t seed = 1;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+Case named(std::string name) {
+  Case c;
+  c.name = std::move(name);
+  return c;
+}
+
+msa::WorkloadSpec spec_of(const Case& c) {
+  msa::WorkloadSpec s;
+  s.model.num_q_heads = c.q_heads;
+  s.model.num_kv_heads = c.kv_heads;
+  s.model.topk = c.topk;
+  s.kv_dtype = c.kv;
+  s.layout = c.layout;
+  s.fp8_scales = c.scales;
+  s.q_dtype = c.q;
+  s.requests = c.requests;
+  s.decode_threshold = c.decode_threshold;
+  s.seed = c.seed;
+  if (c.extra_page_stride > 0) {
+    const std::int64_t compact = c.kv == DType::nvfp4 ? 2 * c.kv_heads * msa::nvfp4::kSlotBytes
+                                                      : std::int64_t(c.kv_heads) * 128 * 256;
+    s.page_stride = compact + c.extra_page_stride;
+  }
+  return s;
+}
+
+// A workload whose step tokens are already in the cache (attention runs after insert).
+Workload make_workload(const Case& c) {
+  Workload w(spec_of(c));
+  msa::cpu::insert_kv(w.kv_view(), w.insert_kv_args(), w.cpu_options());
+  return w;
+}
+
+// Random valid top-k rows: the query's own block, then distinct random earlier
+// blocks, min(topk, p/128 + 1) in all, ascending (or shuffled), then -1.
+//   returns [num_tokens, num_kv_heads, topk]
+std::vector<std::int32_t> random_topk(const BatchMetadata& meta, int num_kv_heads, int topk,
+                                      std::uint64_t seed, bool shuffle) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> out(std::size_t(meta.num_tokens) * num_kv_heads * topk, -1);
+  std::vector<std::int32_t> pool;
+  for (std::int32_t t = 0; t < meta.num_tokens; ++t) {
+    const std::int32_t p = meta.token_position[t];
+    if (p < 0) continue;
+    const std::int32_t last = p / 128;
+    const int n = std::min(topk, last + 1);
+    for (int h = 0; h < num_kv_heads; ++h) {
+      pool.resize(std::size_t(last));
+      std::iota(pool.begin(), pool.end(), 0);
+      for (int i = 0; i < n - 1; ++i) {
+        std::uniform_int_distribution<std::size_t> pick(std::size_t(i), pool.size() - 1);
+        std::swap(pool[std::size_t(i)], pool[pick(rng)]);
+      }
+      std::vector<std::int32_t> ids(pool.begin(), pool.begin() + (n - 1));
+      ids.push_back(last);
+      std::sort(ids.begin(), ids.end());
+      if (shuffle) std::shuffle(ids.begin(), ids.end(), rng);
+      std::copy(ids.begin(), ids.end(), out.begin() + (std::size_t(t) * num_kv_heads + h) * topk);
+    }
+  }
+  return out;
+}
+
+// ---- references ---------------------------------------------------------------
+
+struct Result {
+  std::vector<double> out;  // [num_tokens, num_q_heads, 128]
+  std::vector<double> lse;  // [num_tokens, num_q_heads]
+};
+
+// The float64 oracle over the contract's key set: j / 128 among the row's
+// usable ids (>= 0, <= p / 128, inside the table; repeats count once), j <= p.
+// Reads the host cache through the cache reader; knows nothing of splits.
+Result oracle(Workload& w, const BatchMetadata& meta, const std::vector<std::int32_t>& topk) {
+  const int H = w.model().num_kv_heads, QH = w.model().num_q_heads, G = QH / H, K = w.model().topk;
+  const AttentionArgs args = w.attention_args();
+  const std::vector<double> q = msa::ref::read_query(args, meta.num_tokens);
+  Result r;
+  r.out.assign(std::size_t(meta.num_tokens) * QH * 128, 0.0);
+  r.lse.assign(std::size_t(meta.num_tokens) * QH, -std::numeric_limits<double>::infinity());
+  for (std::int32_t req = 0; req < meta.num_requests; ++req) {
+    const std::int32_t t0 = meta.query_start[req], t1 = meta.query_start[req + 1];
+    const std::int32_t seq = meta.seq_lens[req];
+    if (t0 == t1 || seq <= 0) continue;
+    const std::int64_t rows = std::int64_t(t1 - t0) * G;
+    std::vector<double> qr(std::size_t(rows) * 128), o(std::size_t(rows) * 128), l(static_cast<std::size_t>(rows));
+    std::vector<std::uint8_t> mask(std::size_t(rows) * seq);
+    for (int h = 0; h < H; ++h) {
+      const msa::ref::HeadKV kv = msa::ref::read_kv(args.cache, args.block_table, req, h, seq);
+      std::fill(mask.begin(), mask.end(), std::uint8_t{0});
+      for (std::int32_t t = t0; t < t1; ++t) {
+        const std::int32_t p = meta.token_position[t];
+        const std::int32_t* row = topk.data() + (std::size_t(t) * H + h) * K;
+        for (int k = 0; k < K; ++k) {
+          const std::int32_t id = row[k];
+          if (id < 0 || id > p / 128 || id >= args.block_table.max_blocks) continue;
+          for (std::int32_t j = id * 128; j < std::min(id * 128 + 128, p + 1); ++j)
+            for (int g = 0; g < G; ++g) mask[(std::size_t(t - t0) * G + g) * seq + j] = 1;
+        }
+        for (int g = 0; g < G; ++g)
+          std::copy_n(q.begin() + (std::size_t(t) * QH + h * G + g) * 128, 128,
+                      qr.begin() + (std::size_t(t - t0) * G + g) * 128);
+      }
+      msa::ref::masked_attention(qr.data(), kv.k.data(), kv.v.data(), mask.data(), rows, seq,
+                                 args.softmax_scale, o.data(), l.data());
+      for (std::int32_t t = t0; t < t1; ++t)
+        for (int g = 0; g < G; ++g) {
+          const std::size_t src = std::size_t(t - t0) * G + g, dst = std::size_t(t) * QH + h * G + g;
+          std::copy_n(o.begin() + src * 128, 128, r.out.begin() + dst * 128);
+          r.lse[dst] = l[src];
+        }
+    }
+  }
+  return r;
+}
+
+Result read_result(const std::vector<std::uint8_t>& out, DType out_dtype, const std::vector<float>& lse) {
+  Result r;
+  r.out = msa::ref::read_array(out.data(), out_dtype, std::int64_t(out.size() / 2));
+  r.lse.assign(lse.begin(), lse.end());
+  return r;
+}
+
+// The CPU engine on the same inputs; nothing while it is still a stub.
+std::optional<Result> cpu_engine(Workload& w, const BatchMetadata& meta,
+                                 const std::vector<std::int32_t>& topk) {
+  w.poison_outputs();
+  w.topk = topk;
+  try {
+    msa::cpu::attend(meta.view(), w.attention_args(), w.cpu_options());
+  } catch (const msa::Error& e) {
+    if (std::string(e.what()).find("not implemented") != std::string::npos) return std::nullopt;
+    throw;
+  }
+  return read_result(w.out, w.out_dtype(), w.lse);
+}
+
+
+// ---- the GPU run ----------------------------------------------------------------
+
+// Device copies of a workload's inputs and poisoned outputs.
+struct DeviceInputs {
+  DeviceBuffer<std::uint8_t> kv;
+  DeviceBuffer<float> k_scales, v_scales;
+  DeviceBuffer<std::int32_t> table, topk;
+  DeviceBuffer<std::uint8_t> q, out;
+  DeviceBuffer<float> lse;
+  msa::test::DeviceStep step;
+  AttentionArgs args;
+  msa::cuda::AttentionShape shape;
+
+  DeviceInputs(Workload& w, const BatchMetadata& meta, const std::vector<std::int32_t>& topk_rows)
+      : kv(w.kv_bytes),
+        k_scales(w.k_scales),
+        v_scales(w.v_scales),
+        table(w.block_table),
+        topk(topk_rows),
+        q(w.q),
+        out(w.out.size()),
+        lse(std::size_t(meta.num_tokens) * w.model().num_q_heads),
+        step(meta) {
+    out.poison_nan();
+    lse.poison_nan();
+    args = w.attention_args();
+    args.q = q.data();
+    args.out = out.data();
+    args.lse = lse.data();
+    args.topk.data = topk.data();
+    args.cache = w.kv_view_at(kv.data(), k_scales.data(), v_scales.data());
+    args.block_table = w.table_at(table.data());
+    shape.num_q_heads = w.model().num_q_heads;
+    shape.num_kv_heads = w.model().num_kv_heads;
+    shape.topk = w.model().topk;
+    shape.q_dtype = args.q_dtype;
+    shape.kv_dtype = args.cache.dtype;
+    shape.out_dtype = args.out_dtype;
+  }
+
+  Result result() const { return read_result(out.download(), args.out_dtype, lse.download()); }
+};
+
+// Workspace and plan; forced split factors when given (else the heuristic's).
+struct Planned {
+  DeviceBuffer<std::uint8_t> workspace;
+  msa::cuda::AttentionPlan plan;
+};
+Planned make_plan(const BatchMetadata& meta, const msa::cuda::AttentionShape& shape,
+                  std::optional<msa::cuda::attention::Splits> forced = std::nullopt) {
+  Planned p;
+  if (!forced) {
+    const std::size_t bytes = msa::cuda::attention_workspace_bytes(meta, shape);
+    p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(bytes, 1));
+    p.workspace.poison_nan();
+    p.plan = msa::cuda::plan_attention(meta, shape, p.workspace.data(), bytes, nullptr);
+    return p;
+  }
+  const auto layout = msa::cuda::attention::workspace_layout(
+      meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, *forced);
+  // Room for the forced layout and for what plan_attention itself asks.
+  const std::size_t bytes = std::max(layout.bytes, msa::cuda::attention_workspace_bytes(meta, shape));
+  p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(bytes, 1));
+  p.workspace.poison_nan();
+  p.plan = msa::cuda::plan_attention(meta, shape, p.workspace.data(), p.workspace.bytes(), nullptr);
+  p.plan.decode_splits = forced->decode;
+  p.plan.prefill_splits = forced->prefill;
+  p.plan.partial_out = reinterpret_cast<float*>(p.workspace.data() + layout.out_offset);
+  p.plan.partial_lse = reinterpret_cast<float*>(p.workspace.data() + layout.lse_offset);
+  // The forced layout's split counters start at 0 (plan_attention zeroed its own).
+  if (layout.bytes > 0)
+    MSA_CUDA_CHECK(cudaMemset(p.workspace.data() + layout.counter_offset, 0, layout.counter_bytes));
+  return p;
+}
+
+// Checks got against want and prints one line for the device log.
+void expect_close(const Result& got, const Result& want, const std::string& what, double tol = kOutTol) {
+  const msa::ref::Comparison o = msa::ref::compare(got.out, want.out, what + " out");
+  const msa::ref::Comparison l = msa::ref::compare_lse(got.lse, want.lse, what + " lse");
+  std::printf("[attention] %-44s rel_frob %.3e  max_abs %.3e  lse_max_abs %.3e\n", what.c_str(),
+              o.rel_frobenius, o.max_abs, l.max_abs);
+  EXPECT_TRUE(o.rel_ok(tol)) << o.describe();
+  EXPECT_TRUE(l.abs_ok(kLseTol)) << l.describe();
+}
+
+// Runs one case on the GPU and checks it against the oracle and the CPU engine.
+void run_case(const Case& c) {
+  SCOPED_TRACE(::testing::Message() << "case " << c.name << ", seed " << c.seed);
+  Workload w = make_workload(c);
+  const BatchMetadata& meta = w.meta();
+  const auto topk = random_topk(meta, c.kv_heads, c.topk, c.seed * 7919 + 1, c.shuffle_topk);
+
+  DeviceInputs d(w, meta, topk);
+  Planned p = make_plan(meta, d.shape);
+  std::printf("[attention] %s: %d tokens (%d decode), splits decode %d prefill %d\n", c.name.c_str(),
+              meta.num_tokens, meta.num_decode_tokens, p.plan.decode_splits, p.plan.prefill_splits);
+  msa::test::CheckBuffer check;
+  msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
+  msa::test::device_sync();
+  EXPECT_EQ(check.message(), "");
+  const Result got = d.result();
+
+  w.topk = topk;
+  expect_close(got, oracle(w, meta, topk), c.name + " vs oracle");
+  if (const auto cpu = cpu_engine(w, meta, topk)) expect_close(got, *cpu, c.name + " vs cpu");
+}
+
+// ---- the case table -----------------------------------------------------------
+
+std::vector<RequestShape> decodes(std::initializer_list<std::int32_t> contexts, int qlen = 1) {
+  std::vector<RequestShape> r;
+  for (std::int32_t c : contexts) r.push_back({qlen, c});
+  return r;
+}
+std::vector<RequestShape> operator+(std::vector<RequestShape> a, const std::vector<RequestShape>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+
+}  // namespace
