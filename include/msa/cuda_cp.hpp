@@ -128,7 +128,8 @@ LayerPlan plan_layer(const Group& group, const BatchMetadata& meta, const Select
 // 1. This rank's candidates into its slice of plan.candidates.
 //   scores: [num_tokens, num_kv_heads, max_blocks], this rank's indexer scores
 void propose(const LayerPlan& plan, const StepView& step, const float* scores, Stream stream);
-// 2. All-gather of plan.candidates over group.comm (NCCL; nothing for one rank).
+// 2. All-gather of plan.candidates over group.comm (NCCL). Nothing to do for one
+// rank without a communicator; a build without NCCL throws for more ranks.
 void exchange_candidates(const LayerPlan& plan, Stream stream);
 // 3. plan.topk = the global top-k; plan.owned = this rank's entries of it.
 void merge_topk(const LayerPlan& plan, const StepView& step, Stream stream);
@@ -137,7 +138,7 @@ void merge_topk(const LayerPlan& plan, const StepView& step, Stream stream);
 // out and lse are not used.
 void attend_owned(const LayerPlan& plan, const StepView& step, const AttentionArgs& args,
                   Stream stream, const DeviceCheck& check = {});
-// 5. All-gather of the partial outputs and lse over group.comm (NCCL).
+// 5. All-gather of the partial outputs and lse over group.comm (NCCL), as 2.
 void exchange_partials(const LayerPlan& plan, Stream stream);
 // 6. The merged result.
 //   out: [num_tokens, num_q_heads, 128] plan.out_dtype; lse: [num_tokens, num_q_heads] or null

@@ -1,46 +1,80 @@
-// Split-K merge of one (token, query head) row, run by the last CTA of the row
-// to finish: out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M),
-// lse = M + log(sum_s exp(lse_s - M)) with M = max_s lse_s; a row whose splits
-// are all empty writes 0 and -inf. The partials were written by other CTAs, so
-// they are read through L2 (__ldcg), never a stale L1 line.
+// Split-K merge of one (token, KV head) row's G query heads, run by the whole
+// CTA of the last split to finish: with M = max_s lse_s,
+//   out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M),
+//   lse = M + log(sum_s exp(lse_s - M));
+// a head whose splits are all empty writes 0 and -inf. The partials were
+// written by other CTAs, so they are read through L2 (__ldcg), never a stale
+// L1 line. All loads of one step are independent, so they overlap: one round
+// trip for the lse values, then the partial outputs.
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/ptx.cuh"
 
 namespace msa::cuda::attention {
 
-// One warp merges row (token, qh); lane owns dims [4 lane, 4 lane + 4).
-__device__ __forceinline__ void combine_row(const AttendParams& p, std::int64_t token, std::int64_t qh,
-                                            int splits, int lane) {
-  const std::int64_t first = (token * p.num_q_heads + qh) * p.max_splits;
-  float mx = -INFINITY;
-  for (int s = 0; s < splits; ++s) mx = fmaxf(mx, __ldcg(p.partial_lse + first + s));
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  float sum = 0.0f;
-  if (mx != -INFINITY) {
+//   scratch: shared memory, [16 heads][16 splits] weights then [16] 1 / sum
+__device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork& w, float* scratch,
+                                            int tid) {
+  const int group = p.group, splits = w.splits;
+  float* weight = scratch;               // [16][16]
+  float* inv_sum = scratch + kRows * 16;  // [16]
+  const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * group;
+
+  for (int i = tid; i < group * splits; i += kThreads) {
+    const int g = i / splits, s = i - g * splits;
+    weight[g * 16 + s] = __ldcg(p.partial_lse + (first_head + g) * p.max_splits + s);
+  }
+  __syncthreads();
+  if (tid < group) {
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, weight[tid * 16 + s]);
+    float sum = 0.0f;
     for (int s = 0; s < splits; ++s) {
-      const float l = __ldcg(p.partial_lse + first + s);
-      if (l == -INFINITY) continue;
-      const float wgt = expf(l - mx);
-      sum += wgt;
-      const float4 o = __ldcg(reinterpret_cast<const float4*>(p.partial_out + (first + s) * kDim) + lane);
-      acc[0] += wgt * o.x, acc[1] += wgt * o.y, acc[2] += wgt * o.z, acc[3] += wgt * o.w;
+      const float l = weight[tid * 16 + s];
+      const float e = (mx == -INFINITY || l == -INFINITY) ? 0.0f : expf(l - mx);
+      weight[tid * 16 + s] = e;
+      sum += e;
     }
+    inv_sum[tid] = sum > 0.0f ? 1.0f / sum : 0.0f;
+    if (p.lse != nullptr) p.lse[first_head + tid] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
   }
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  const std::int64_t at = (token * p.num_q_heads + qh) * kDim + 4 * lane;
-  uint2 o;
-  if (p.out_fp16) {
-    o = make_uint2(pack2<true>(acc[0] * inv, acc[1] * inv), pack2<true>(acc[2] * inv, acc[3] * inv));
-  } else {
-    o = make_uint2(pack2<false>(acc[0] * inv, acc[1] * inv), pack2<false>(acc[2] * inv, acc[3] * inv));
+  __syncthreads();
+
+  // 16 heads x 16 chunks of 8 dims; two chunks per thread.
+#pragma unroll
+  for (int it = 0; it < 2; ++it) {
+    const int idx = tid + it * kThreads;
+    const int g = idx >> 4, c = idx & 15;
+    if (g >= group) continue;
+    const float* src = p.partial_out + (first_head + g) * p.max_splits * kDim + 8 * c;
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+#pragma unroll 4
+    for (int s = 0; s < splits; ++s) {
+      const float wgt = weight[g * 16 + s];
+      const float4 a = __ldcg(reinterpret_cast<const float4*>(src + s * kDim));
+      const float4 b = __ldcg(reinterpret_cast<const float4*>(src + s * kDim + 4));
+      acc[0] += wgt * a.x, acc[1] += wgt * a.y, acc[2] += wgt * a.z, acc[3] += wgt * a.w;
+      acc[4] += wgt * b.x, acc[5] += wgt * b.y, acc[6] += wgt * b.z, acc[7] += wgt * b.w;
+    }
+    const float inv = inv_sum[g];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= inv;
+    uint4 o;
+    if (p.out_fp16) {
+      o = make_uint4(pack2<true>(acc[0], acc[1]), pack2<true>(acc[2], acc[3]), pack2<true>(acc[4], acc[5]),
+                     pack2<true>(acc[6], acc[7]));
+    } else {
+      o = make_uint4(pack2<false>(acc[0], acc[1]), pack2<false>(acc[2], acc[3]),
+                     pack2<false>(acc[4], acc[5]), pack2<false>(acc[6], acc[7]));
+    }
+    *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + (first_head + g) * kDim + 8 * c) = o;
   }
-  *reinterpret_cast<uint2*>(static_cast<std::uint16_t*>(p.out) + at) = o;
-  if (lane == 0 && p.lse != nullptr)
-    p.lse[token * p.num_q_heads + qh] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 }
 
 }  // namespace msa::cuda::attention

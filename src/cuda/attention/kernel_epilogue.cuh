@@ -135,8 +135,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   __syncthreads();
   if (!*s_last) return;
   __threadfence();
-  for (int row = warp; row < p.group; row += kThreads / 32)
-    combine_row(p, w.token, std::int64_t(w.head) * p.group + row, w.splits, lane);
+  combine_row(p, w, merged, tid);  // the merge buffer is free again: scratch
 }
 
 }  // namespace msa::cuda::attention

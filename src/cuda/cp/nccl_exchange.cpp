@@ -6,14 +6,19 @@
 // The buffers are sent as bytes: an all-gather does no arithmetic. NVLink
 // multicast (NVLS) is never requested here; whoever creates the communicator
 // decides (the tests set NCCL_NVLS_ENABLE=0 before ncclCommInitAll).
-#include <nccl.h>
-
+//
+// Built without NCCL (MSA_HAVE_NCCL unset: the build found no nccl.h or
+// libnccl), a one-rank group without a communicator still runs, and any
+// exchange between ranks throws.
 #include <cstddef>
 #include <cstdint>
 
 #include "msa/common.hpp"
 #include "msa/cuda_cp.hpp"
 #include "msa/error.hpp"
+
+#if defined(MSA_HAVE_NCCL)
+#include <nccl.h>
 
 #define MSA_NCCL_CHECK(call, comm)                                                           \
   do {                                                                                       \
@@ -22,8 +27,11 @@
       ::msa::fail("NCCL error ", ncclGetErrorString(msa_nccl_), " (", ncclGetLastError(comm), \
                   ") in ", #call, " at ", __FILE__, ":", __LINE__);                          \
   } while (0)
+#endif
 
 namespace msa::cuda::cp {
+
+#if defined(MSA_HAVE_NCCL)
 namespace {
 
 // Whether there is anything to exchange; checks the communicator against the
@@ -75,6 +83,22 @@ void exchange_partials(const LayerPlan& plan, Stream stream) {
   }
   MSA_NCCL_CHECK(ncclGroupEnd(), comm);
 }
+
+#else  // no NCCL
+
+void exchange_candidates(const LayerPlan& plan, Stream) {
+  MSA_CHECK(plan.group.sharding.num_ranks == 1 && plan.group.comm == nullptr,
+            "cp::exchange_candidates: this build has no NCCL, so only one rank without a "
+            "communicator can run (sharding.num_ranks = ", plan.group.sharding.num_ranks, ")");
+}
+
+void exchange_partials(const LayerPlan& plan, Stream) {
+  MSA_CHECK(plan.group.sharding.num_ranks == 1 && plan.group.comm == nullptr,
+            "cp::exchange_partials: this build has no NCCL, so only one rank without a "
+            "communicator can run (sharding.num_ranks = ", plan.group.sharding.num_ranks, ")");
+}
+
+#endif  // MSA_HAVE_NCCL
 
 void run_layer(const LayerPlan& plan, const StepView& step, const float* scores,
                const AttentionArgs& args, Stream stream, const DeviceCheck& check) {
