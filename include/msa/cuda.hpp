@@ -80,8 +80,13 @@ struct AttentionPlan {
   std::int32_t prefill_splits = 1;  // the same for prefill rows
   void* workspace = nullptr;        // caller-owned device memory
   std::size_t workspace_bytes = 0;
-  float* partial_out = nullptr;     // [num_tokens, num_q_heads, max_splits, 128] fp32
-  float* partial_lse = nullptr;     // [num_tokens, num_q_heads, max_splits]
+  // fp32 partials of split rows (layout: src/cuda/attention/heuristics.hpp). They
+  // cover the tokens of the classes that split, from token 0; the workspace also
+  // holds per-row counters that plan_attention zeroes (a cudaMemsetAsync on its
+  // stream) and the last split of a row resets, so plan and attend must be
+  // ordered on one stream and two concurrent attends must not share a workspace.
+  float* partial_out = nullptr;     // [partial_tokens, num_q_heads, max_splits, 128] fp32
+  float* partial_lse = nullptr;     // [partial_tokens, num_q_heads, max_splits]
 };
 
 // Device bytes the plan for this step needs.
