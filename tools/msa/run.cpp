@@ -22,6 +22,9 @@
 #include "step_stats.hpp"
 #include "workload.hpp"
 #if MSA_HAVE_CUDA
+#include "cuda/run_cuda.hpp"
+#endif
+#if MSA_HAVE_CUDA
 #include "msa/cuda.hpp"
 #endif
 
@@ -45,7 +48,7 @@ struct RunOptions {
   int topk = 16;
   std::uint64_t seed = 0;
   int threads = 0;
-  std::string backend = "cpu";
+  std::string backend = "auto";  // auto: cuda when built with it and a device is visible
   int decode_rows = 32;   // oracle rows sampled among the decode tokens
   int prefill_rows = 24;  // oracle rows sampled among the prefill tokens
   std::string json;
@@ -136,15 +139,18 @@ void check_options(const RunOptions& o) {
   }
 }
 
-// The CUDA backend is not wired into `msa run` yet: say why and exit 2.
+// The backend `auto` stands for, or why `cuda` cannot run here (exit 2).
+bool cuda_usable() {
+#if MSA_HAVE_CUDA
+  return msa::cuda::device_count() > 0;
+#else
+  return false;
+#endif
+}
+
 int refuse_cuda() {
 #if MSA_HAVE_CUDA
-  if (msa::cuda::device_count() == 0) {
-    std::fprintf(stderr, "msa run: --backend cuda: no CUDA device is visible on this machine\n");
-  } else {
-    std::fprintf(stderr,
-                 "msa run: --backend cuda is not available in `msa run` yet; use --backend cpu\n");
-  }
+  std::fprintf(stderr, "msa run: --backend cuda: no CUDA device is visible on this machine\n");
 #else
   std::fprintf(stderr,
                "msa run: --backend cuda: this msa was built without the CUDA backend "
@@ -161,14 +167,15 @@ std::string gflops(double flops, double seconds) {
 
 int run(const RunOptions& o) {
   check_options(o);
-  if (o.backend == "cuda") return refuse_cuda();
+  if (o.backend == "cuda" && !cuda_usable()) return refuse_cuda();
+  const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_usable());
   const Clock::time_point start = Clock::now();
   Progress progress{o.quiet, start, start};
   const WorkloadSpec spec = make_spec(o);
 
   RunReport report;
   report.tp = o.tp;
-  report.backend = o.backend;
+  report.backend = use_cuda ? "cuda" : "cpu";
   report.threads = cpu::resolve_threads(o.threads);
   report.draft_tokens = o.draft_tokens;
 
@@ -186,26 +193,37 @@ int run(const RunOptions& o) {
 
   const StepView step = w.step();
   const cpu::Options cpu = w.cpu_options();
-  t0 = Clock::now();
-  cpu::insert_kv(w.kv_view(), w.insert_kv_args(), cpu);
-  cpu::insert_index(w.index_view(), w.insert_index_args(), cpu);
+  double insert_s = 0.0, index_s = 0.0, attend_s = 0.0;
+  if (use_cuda) {
+#if MSA_HAVE_CUDA
+    progress.say("cuda: insert, index and attend on the GPU");
+    const CudaStageTimes t = run_step_cuda(w);
+    report.backend = "cuda (" + t.device + "; stage times are CUDA events)";
+    insert_s = t.insert_s;
+    index_s = t.index_s;
+    attend_s = t.attend_s;
+#endif
+  } else {
+    t0 = Clock::now();
+    cpu::insert_kv(w.kv_view(), w.insert_kv_args(), cpu);
+    cpu::insert_index(w.index_view(), w.insert_index_args(), cpu);
+    insert_s = seconds_since(t0);
+    progress.say("index: scoring blocks and selecting the top-k");
+    t0 = Clock::now();
+    cpu::index(step, w.indexer_args(), cpu);
+    index_s = seconds_since(t0);
+    progress.say("attend: sparse attention over the selected blocks");
+    t0 = Clock::now();
+    cpu::attend(step, w.attention_args(), cpu);
+    attend_s = seconds_since(t0);
+  }
   report.stages.push_back(
-      {"insert", seconds_since(t0), with_commas(w.num_tokens()) + " tokens: K, V and index key"});
-
-  progress.say("index: scoring blocks and selecting the top-k");
-  t0 = Clock::now();
-  cpu::index(step, w.indexer_args(), cpu);
-  const double index_s = seconds_since(t0);
+      {"insert", insert_s, with_commas(w.num_tokens()) + " tokens: K, V and index key"});
   report.stats = step_stats(w);
   report.stages.push_back({"index", index_s,
                            format_count(double(report.stats.index_keys_scored)) +
                                " index keys scored, " +
                                gflops(report.stats.index_flops(), index_s)});
-
-  progress.say("attend: sparse attention over the selected blocks");
-  t0 = Clock::now();
-  cpu::attend(step, w.attention_args(), cpu);
-  const double attend_s = seconds_since(t0);
   report.stages.push_back({"attend", attend_s,
                            format_count(double(report.stats.keys_attended)) +
                                " keys attended (all query heads), " +
@@ -214,7 +232,11 @@ int run(const RunOptions& o) {
   progress.say("check: float64 oracle on sampled rows");
   t0 = Clock::now();
   const auto rows = sample_rows(w.meta(), o.decode_rows, o.prefill_rows);
-  report.check = check_rows(w, rows, contract_tolerance(false));
+  // The CUDA kernels dequantize fp8 / nvfp4 values into their MMA dtype: the
+  // contract's fp8-arithmetic bound applies to them.
+  const bool low_precision_maths =
+      use_cuda && (is_fp8(spec.kv_dtype) || spec.kv_dtype == DType::nvfp4 || is_fp8(spec.q_dtype));
+  report.check = check_rows(w, rows, contract_tolerance(low_precision_maths));
   report.stages.push_back(
       {"check", seconds_since(t0),
        std::to_string(rows.size()) + " rows against float64 dense masked attention"});
@@ -309,8 +331,9 @@ Command add_run_command(CLI::App& msa) {
   app->add_option("--threads", o->threads, "CPU engine threads (0: one per hardware thread)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app->add_option("--backend", o->backend, "cpu, or cuda (not available in `msa run` yet)")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
+  app->add_option("--backend", o->backend,
+                  "auto (cuda when built with it and a GPU is visible, else cpu), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app->add_option("--decode-rows", o->decode_rows, "decode tokens checked against the oracle")
       ->check(CLI::Range(0, 1 << 20))

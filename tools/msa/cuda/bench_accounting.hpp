@@ -74,10 +74,11 @@ inline bool matches_any(const BenchCase& c, const std::vector<std::string>& filt
 }
 
 inline constexpr std::int32_t kPrefillChunk = 4096;
+inline constexpr std::int32_t kLongPrefillChunk = 32768;
 
 // The default sweep: MiniMax-M3 per-rank shapes 16/1 (TP4) and 64/4 (TP1);
 // attend over KV bf16, fp8 e4m3 (per-tensor scale) and nvfp4; prefill chunks of
-// 4096 tokens; decode batches 1..128 at query lengths 1, 2, 4; contexts 8K..128K.
+// 4096 and 32768 tokens; decode batches 1..128 at query lengths 1, 2, 4; contexts 8K..128K.
 inline std::vector<BenchCase> default_bench_cases() {
   static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
   static constexpr DType kKv[] = {DType::bf16, DType::fp8_e4m3, DType::nvfp4};
@@ -98,8 +99,10 @@ inline std::vector<BenchCase> default_bench_cases() {
           c.context = ctx;
           c.prefill = true;
           c.batch = 1;
-          c.query_len = kPrefillChunk;
-          out.push_back(c);
+          for (const std::int32_t chunk : {kPrefillChunk, kLongPrefillChunk}) {
+            c.query_len = chunk;
+            out.push_back(c);
+          }
           c.prefill = false;
           for (const std::int32_t b : kBatches) {
             for (const std::int32_t q : kQueryLens) {
@@ -115,7 +118,7 @@ inline std::vector<BenchCase> default_bench_cases() {
   return out;
 }
 
-// About ten cases that run in well under two minutes.
+// About a dozen cases that run in well under two minutes.
 inline std::vector<BenchCase> quick_bench_cases() {
   auto make = [](BenchOp op, bool prefill, int qh, int kvh, DType dt, std::int32_t ctx, std::int32_t b,
                  std::int32_t q) {
@@ -132,6 +135,8 @@ inline std::vector<BenchCase> quick_bench_cases() {
   };
   const BenchOp A = BenchOp::attend, I = BenchOp::index;
   return {make(A, false, 16, 1, DType::bf16, 8192, 1, 1),
+          make(A, false, 16, 1, DType::bf16, 32768, 32, 1),
+          make(A, true, 16, 1, DType::bf16, 32768, 1, kLongPrefillChunk),
           make(A, false, 64, 4, DType::bf16, 32768, 32, 1),
           make(A, false, 64, 4, DType::fp8_e4m3, 32768, 32, 1),
           make(A, false, 64, 4, DType::nvfp4, 32768, 32, 1),

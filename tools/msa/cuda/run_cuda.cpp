@@ -1,0 +1,140 @@
+#include "run_cuda.hpp"
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "device_memory.hpp"
+#include "msa/cuda.hpp"
+#include "msa/error.hpp"
+
+namespace msa::tool {
+namespace {
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("msa run (cuda): ", what, ": ", cudaGetErrorString(e));
+}
+
+// Times `fn` on `stream` with CUDA events (milliseconds -> seconds).
+template <typename Fn>
+double time_on(cudaStream_t stream, Fn&& fn) {
+  cudaEvent_t a, b;
+  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
+  cuda_ok(cudaEventRecord(a, stream), "cudaEventRecord");
+  fn();
+  cuda_ok(cudaEventRecord(b, stream), "cudaEventRecord");
+  cuda_ok(cudaEventSynchronize(b), "cudaEventSynchronize");
+  float ms = 0.0f;
+  cuda_ok(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) * 1e-3;
+}
+
+}  // namespace
+
+CudaStageTimes run_step_cuda(Workload& w) {
+  CudaStageTimes times;
+  times.device = device_info().name;
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreate(&stream), "cudaStreamCreate");
+  const auto s = static_cast<cuda::Stream>(stream);
+  const BatchMetadata& meta = w.meta();
+  const ModelConfig& m = w.model();
+
+  // ---- inputs to the device ------------------------------------------------------
+  const DeviceBuffer kv_before = to_device(w.kv_bytes);  // the cache before the step's insert
+  DeviceBuffer kv(w.kv_bytes.size());
+  DeviceBuffer k_scales = to_device(w.k_scales), v_scales = to_device(w.v_scales);
+  DeviceBuffer index_cache = to_device(w.index_bytes);
+  const DeviceBuffer table = to_device(w.block_table), index_table = to_device(w.index_block_table);
+  const DeviceBuffer new_k = to_device(w.new_k), new_v = to_device(w.new_v);
+  const DeviceBuffer new_index_k = to_device(w.new_index_k);
+  const DeviceBuffer slots = to_device(w.slots), index_slots = to_device(w.index_slots);
+  const DeviceBuffer q = to_device(w.q), index_q = to_device(w.index_q);
+  DeviceBuffer topk(w.topk.size() * sizeof(std::int32_t));
+  DeviceBuffer out(w.out.size());
+  DeviceBuffer lse(w.lse.size() * sizeof(float));
+  const DeviceBuffer query_start = to_device(meta.query_start);
+  const DeviceBuffer seq_lens = to_device(meta.seq_lens);
+  const DeviceBuffer token_request = to_device(meta.token_request);
+  DeviceBuffer check_buffer(8 * sizeof(std::int64_t));
+  const cuda::DeviceCheck check{check_buffer.as<std::int64_t>()};
+
+  StepView step = meta.view();
+  step.query_start = query_start.as<std::int32_t>();
+  step.seq_lens = seq_lens.as<std::int32_t>();
+  step.token_request = token_request.as<std::int32_t>();
+
+  const KVCacheView kv_view = w.kv_view_at(kv.get(), k_scales.as<float>(), v_scales.as<float>());
+  InsertKVArgs insert_kv = w.insert_kv_args();
+  insert_kv.k = new_k.get();
+  insert_kv.v = new_v.get();
+  insert_kv.slots = slots.as<std::int64_t>();
+  InsertIndexArgs insert_index = w.insert_index_args();
+  insert_index.index_k = new_index_k.get();
+  insert_index.slots = index_slots.as<std::int64_t>();
+
+  IndexerArgs ia = w.indexer_args();
+  ia.index_q = index_q.get();
+  ia.cache = w.index_view_at(index_cache.get());
+  ia.block_table = w.table_at(index_table.as<std::int32_t>());
+  ia.out.data = topk.as<std::int32_t>();
+  const std::size_t index_ws_bytes =
+      cuda::index_workspace_bytes(meta.num_tokens, m.num_kv_heads, w.max_blocks);
+  DeviceBuffer index_ws(index_ws_bytes);
+
+  AttentionArgs aa = w.attention_args();
+  aa.q = q.get();
+  aa.out = out.get();
+  aa.lse = lse.as<float>();
+  aa.topk.data = topk.as<std::int32_t>();
+  aa.cache = kv_view;
+  aa.block_table = w.table_at(table.as<std::int32_t>());
+  cuda::AttentionShape shape;
+  shape.num_q_heads = m.num_q_heads;
+  shape.num_kv_heads = m.num_kv_heads;
+  shape.topk = m.topk;
+  shape.q_dtype = aa.q_dtype;
+  shape.kv_dtype = aa.cache.dtype;
+  shape.out_dtype = aa.out_dtype;
+  const std::size_t attend_ws_bytes = cuda::attention_workspace_bytes(meta, shape);
+  DeviceBuffer attend_ws(attend_ws_bytes);
+
+  cuda::reset_check(check, s);
+  // ---- insert (warm-up, then timed on a fresh copy of the cache) ------------------
+  for (int pass = 0; pass < 2; ++pass) {
+    cuda_ok(cudaMemcpyAsync(kv.get(), kv_before.get(), w.kv_bytes.size(), cudaMemcpyDeviceToDevice,
+                            stream),
+            "cudaMemcpyAsync");
+    times.insert_s = time_on(stream, [&] {
+      cuda::insert_kv(kv_view, insert_kv, s, check);
+      cuda::insert_index(ia.cache, insert_index, s, check);
+    });
+  }
+  // ---- index and attend (warm-up, then timed) --------------------------------------
+  for (int pass = 0; pass < 2; ++pass)
+    times.index_s = time_on(stream, [&] {
+      cuda::index(step, ia, w.max_blocks, index_ws.get(), index_ws_bytes, s, check);
+    });
+  const cuda::AttentionPlan plan =
+      cuda::plan_attention(meta, shape, attend_ws.get(), attend_ws_bytes, s);
+  for (int pass = 0; pass < 2; ++pass)
+    times.attend_s = time_on(stream, [&] { cuda::attend(plan, step, aa, s, check); });
+  cuda::read_check(check, s);
+  sync_stream(s);
+
+  // ---- results back to the host -----------------------------------------------------
+  kv.download(w.kv_bytes.data(), w.kv_bytes.size());
+  if (!w.k_scales.empty()) k_scales.download(w.k_scales.data(), w.k_scales.size() * sizeof(float));
+  if (!w.v_scales.empty()) v_scales.download(w.v_scales.data(), w.v_scales.size() * sizeof(float));
+  index_cache.download(w.index_bytes.data(), w.index_bytes.size());
+  topk.download(w.topk.data(), w.topk.size() * sizeof(std::int32_t));
+  out.download(w.out.data(), w.out.size());
+  lse.download(w.lse.data(), w.lse.size() * sizeof(float));
+  cudaStreamDestroy(stream);
+  return times;
+}
+
+}  // namespace msa::tool

@@ -1,0 +1,23 @@
+// The CUDA path of `msa run`: the step's insert, index and attend on the GPU.
+#pragma once
+
+#include "workload.hpp"
+
+namespace msa::tool {
+
+// Device time of each stage (CUDA events; each stage is run once to warm up
+// and once timed, insert on a fresh copy of the cache both times).
+struct CudaStageTimes {
+  double insert_s = 0.0;
+  double index_s = 0.0;
+  double attend_s = 0.0;
+  std::string device;  // e.g. "NVIDIA H200"
+};
+
+// Copies the workload to the device, runs insert, index and attend there with
+// the device checks on, and copies the caches, top-k, output and lse back into
+// the workload's host buffers, so the float64 oracle checks what the GPU did.
+// Throws msa::Error on a CUDA error or a bad index the device checks found.
+CudaStageTimes run_step_cuda(Workload& w);
+
+}  // namespace msa::tool
