@@ -1,30 +1,46 @@
-// Device helpers shared by the context-parallel kernels: the score order key,
-// the owned columns of a row, and warp ballots.
+// Helpers shared by the context-parallel row kernels: the numbers every row
+// kernel of the selection reads, and the owned columns of a row. (The score
+// order key and the warp ballots are in cuda/common/warp_select.cuh.)
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "msa/batch.hpp"
 #include "msa/context_parallel.hpp"
+#include "msa/cuda_cp.hpp"
 
 namespace msa::cuda::cp::detail {
 
 // Warps per CTA of the row kernels (one warp per row).
 inline constexpr int kWarps = 4;
 
-// Order-preserving key of a score under select::ranks_before, ids aside:
-// a ranks before b iff key(a) > key(b). NaN maps to 0, below every number
-// (-inf maps to 0x007FFFFF); -0 and +0 map to the same key.
-__device__ __forceinline__ std::uint32_t order_key(float f) {
-  if (f != f) return 0u;
-  std::uint32_t u = __float_as_uint(f);
-  if (u == 0x80000000u) u = 0u;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
+// The numbers of the selection rows (t, h), row = t * num_heads + h, as the
+// candidate and merge kernels read them; their params structs extend it.
+struct RowParams {
+  StepView step;
+  std::int32_t max_blocks = 0;
+  std::int32_t num_heads = 0;
+  std::int32_t topk = 0;
+  std::int32_t init_blocks = 0;
+  std::int32_t local_blocks = 0;
+  msa::cp::Sharding sharding;
+  std::int64_t num_rows = 0;
+};
 
-// Bit mask of the lanes below `lane`.
-__device__ __forceinline__ std::uint32_t lanes_below(int lane) { return (1u << lane) - 1u; }
+// The rows of a step under `shape` and `sharding`.
+inline RowParams row_params(const StepView& step, const SelectShape& shape,
+                            const msa::cp::Sharding& sharding) {
+  return RowParams{.step = step,
+                   .max_blocks = shape.max_blocks,
+                   .num_heads = shape.num_kv_heads,
+                   .topk = shape.topk,
+                   .init_blocks = shape.init_blocks,
+                   .local_blocks = shape.local_blocks,
+                   .sharding = sharding,
+                   .num_rows = std::int64_t(step.num_tokens) * shape.num_kv_heads};
+}
 
 // Blocks first + i * step, i in [0, count).
 struct Progression {

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/warp_select.cuh"
 #include "cuda/cp/cp_checks.hpp"
 #include "cuda/cp/cp_device.cuh"
 #include "msa/common.hpp"
@@ -25,20 +26,12 @@ namespace msa::cuda::cp {
 namespace {
 
 using detail::kWarps;
-using detail::lanes_below;
-using detail::order_key;
+using warp::lanes_below;
+using warp::order_key;
 
-struct MergeParams {
-  StepView step;
+struct MergeParams : detail::RowParams {
   const Candidate* candidates = nullptr;  // [num_ranks, num_tokens, num_heads, topk]
   TopkView out;                           // [num_tokens, num_heads, topk]
-  std::int32_t max_blocks = 0;
-  std::int32_t num_heads = 0;
-  std::int32_t topk = 0;
-  std::int32_t init_blocks = 0;
-  std::int32_t local_blocks = 0;
-  Sharding sharding;
-  std::int64_t num_rows = 0;
 };
 
 // The block of a nonzero key.
@@ -171,16 +164,9 @@ void merge_candidates(const StepView& step, const SelectShape& shape, const Shar
   MSA_CHECK(candidates != nullptr, fn, ": candidates is null");
   MSA_CHECK(out.data != nullptr, fn, ": out.data is null");
   MergeParams p;
-  p.step = step;
+  static_cast<detail::RowParams&>(p) = detail::row_params(step, shape, sharding);
   p.candidates = candidates;
   p.out = out;
-  p.max_blocks = shape.max_blocks;
-  p.num_heads = shape.num_kv_heads;
-  p.topk = shape.topk;
-  p.init_blocks = shape.init_blocks;
-  p.local_blocks = shape.local_blocks;
-  p.sharding = sharding;
-  p.num_rows = std::int64_t(step.num_tokens) * shape.num_kv_heads;
   const auto s = static_cast<cudaStream_t>(stream);
   if (total <= 64) {
     merge_kernel<2><<<row_blocks(p.num_rows), kWarps * 32, 0, s>>>(p);

@@ -7,20 +7,27 @@
 // (higher score first, NaN lowest, ties to the lower id). Scores are mapped to
 // order-preserving 32-bit keys (NaN -> 0, -0 -> +0) and a radix select, 8 bits
 // per pass with a per-warp histogram in shared memory, finds the threshold key
-// T and how many of the T-keyed candidates are taken; one last ascending pass
-// takes every key > T and the first of the keys == T (lowest ids), writing
-// the winners in ascending order with ballots.
+// T and how many of the T-keyed candidates are taken (cuda/common/
+// warp_select.cuh); one last ascending pass takes every key > T and the first
+// of the keys == T (lowest ids), writing the winners in ascending order with
+// ballots.
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/warp_select.cuh"
 #include "cuda/indexer/indexer_kernels.cuh"
 #include "msa/common.hpp"
 
 namespace msa::cuda::indexer {
 namespace {
 
+using warp::kBins;
+using warp::lanes_below;
+using warp::order_key;
+using warp::radix_threshold;
+using warp::Threshold;
+
 constexpr int kWarps = 8;
-constexpr int kBins = 256;
 
 struct SelectParams {
   StepView step;
@@ -34,74 +41,6 @@ struct SelectParams {
   std::int32_t local_blocks = 0;
   std::int64_t num_rows = 0;
 };
-
-// Order-preserving key: a ranks before b (higher score) iff key(a) > key(b);
-// NaN is 0, the lowest; -0 and +0 are equal.
-__device__ __forceinline__ std::uint32_t order_key(float f) {
-  if (f != f) return 0u;
-  std::uint32_t u = __float_as_uint(f);
-  if (u == 0x80000000u) u = 0u;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-__device__ __forceinline__ std::uint32_t lanes_below(int lane) { return (1u << lane) - 1u; }
-
-// Radix select over the candidates [head, tail) of one row: on return, the
-// winners are the candidates whose key >> shift is > prefix, plus the first
-// `need` (in ascending id order) of those whose key >> shift == prefix.
-__device__ __forceinline__ void radix_threshold(const float* s, std::int32_t head, std::int32_t tail,
-                                                std::int32_t pick, std::uint32_t* hist, int lane,
-                                                std::uint32_t& prefix, int& shift, std::int32_t& need) {
-  prefix = 0;
-  need = pick;
-  for (shift = 24; shift >= 0; shift -= 8) {
-    for (int i = lane; i < kBins; i += 32) hist[i] = 0;
-    __syncwarp();
-    for (std::int32_t b = head + lane; b < tail; b += 32) {
-      const std::uint32_t k = order_key(s[b]);
-      if (shift == 24 || (k >> (shift + 8)) == prefix) atomicAdd(&hist[(k >> shift) & 0xFFu], 1u);
-    }
-    __syncwarp();
-    // Lane l holds bins 255 - 8l down to 248 - 8l (highest keys first).
-    std::uint32_t cnt[8];
-    std::uint32_t sum = 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      cnt[i] = hist[kBins - 1 - 8 * lane - i];
-      sum += cnt[i];
-    }
-    std::uint32_t incl = sum;
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) {
-      const std::uint32_t v = __shfl_up_sync(0xffffffffu, incl, m);
-      if (lane >= m) incl += v;
-    }
-    const std::uint32_t excl = incl - sum;
-    const std::uint32_t want = static_cast<std::uint32_t>(need);
-    const std::uint32_t found = __ballot_sync(0xffffffffu, excl < want && want <= incl);
-    const int src = __ffs(found) - 1;
-    std::uint32_t digit = 0, above = excl, equal = 0;
-    if (lane == src) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        if (equal == 0 && above + cnt[i] >= want) {
-          digit = kBins - 1 - 8 * lane - i;
-          equal = cnt[i];
-        } else if (equal == 0) {
-          above += cnt[i];
-        }
-      }
-    }
-    digit = __shfl_sync(0xffffffffu, digit, src);
-    above = __shfl_sync(0xffffffffu, above, src);
-    equal = __shfl_sync(0xffffffffu, equal, src);
-    need -= static_cast<std::int32_t>(above);
-    prefix = (prefix << 8) | digit;
-    __syncwarp();  // the histogram is cleared again next pass
-    if (equal == static_cast<std::uint32_t>(need)) return;  // every candidate of the prefix wins
-  }
-  shift = 0;
-}
 
 __global__ void __launch_bounds__(kWarps * 32) select_kernel(const SelectParams p) {
   __shared__ std::uint32_t hist_all[kWarps][kBins];
@@ -131,25 +70,18 @@ __global__ void __launch_bounds__(kWarps * 32) select_kernel(const SelectParams 
   for (std::int32_t i = lane; i < p.local_blocks; i += 32) out[K - p.local_blocks + i] = tail + i;
   if (pick <= 0) return;
 
-  std::uint32_t prefix;
-  int shift;
-  std::int32_t need;
-  radix_threshold(s, head, tail, pick, hist_all[warp], lane, prefix, shift, need);
+  const auto key_at = [s, head](std::int32_t i) { return order_key(s[head + i]); };
+  const Threshold th = radix_threshold(key_at, tail - head, pick, hist_all[warp], lane);
 
   // Ascending pass: keys above the threshold, then the lowest-id ties.
   std::int32_t written = 0, ties_seen = 0;
   for (std::int32_t base = head; base < tail && written < pick; base += 32) {
     const std::int32_t b = base + lane;
     const bool in = b < tail;
-    const std::uint32_t k = in ? (order_key(s[b]) >> shift) : 0u;
-    const bool above = in && k > prefix;
-    const bool tie = in && k == prefix;
-    const std::uint32_t ties = __ballot_sync(0xffffffffu, tie);
-    const bool take = above || (tie && ties_seen + __popc(ties & lanes_below(lane)) < need);
+    const bool take = th.takes(in, in ? order_key(s[b]) : 0u, lane, ties_seen);
     const std::uint32_t takes = __ballot_sync(0xffffffffu, take);
     if (take) out[head + written + __popc(takes & lanes_below(lane))] = b;
     written += __popc(takes);
-    ties_seen += __popc(ties);
   }
 }
 

@@ -1,0 +1,117 @@
+// One warp's top-k threshold over a row of scores, in the selection order of
+// msa/select.hpp (higher score first, NaN lowest, ties to the lower block id).
+// Shared by the indexer's selection (indexer/select.cu) and the context-
+// parallel candidates (cp/candidates.cu); header-only device code.
+//
+// Scores become order-preserving 32-bit keys. radix_threshold finds, 8 bits a
+// pass with a histogram in shared memory, the key prefix T of the pick-th best
+// candidate and how many candidates with prefix T win; an ascending pass over
+// the candidates then takes every key above T and the first of the keys equal
+// to T (the lowest candidate indices, so the lowest ids when ids ascend with
+// the index), deciding each lane's candidate with Threshold::takes.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace msa::cuda::warp {
+
+// Histogram bins of one radix pass (8 bits).
+inline constexpr int kBins = 256;
+
+// Order-preserving key of a score under select::ranks_before, ids aside:
+// a ranks before b iff key(a) > key(b). NaN maps to 0, below every number
+// (-inf maps to 0x007FFFFF); -0 and +0 map to the same key.
+__device__ __forceinline__ std::uint32_t order_key(float f) {
+  if (f != f) return 0u;
+  std::uint32_t u = __float_as_uint(f);
+  if (u == 0x80000000u) u = 0u;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Bit mask of the lanes below `lane`.
+__device__ __forceinline__ std::uint32_t lanes_below(int lane) { return (1u << lane) - 1u; }
+
+// The winners of a row: the candidates whose key >> shift is > prefix, plus
+// the first `need` (in candidate order) of those whose key >> shift == prefix.
+struct Threshold {
+  std::uint32_t prefix = 0;
+  int shift = 0;
+  std::int32_t need = 0;
+
+  // Whether this lane's candidate wins, in an ascending pass that looks at 32
+  // candidates at a time: `in` says the lane holds one, with order key `key`;
+  // ties_seen counts the prefix-equal candidates of the earlier steps and is
+  // advanced past this step's. Every lane of the warp calls it together.
+  __device__ __forceinline__ bool takes(bool in, std::uint32_t key, int lane,
+                                        std::int32_t& ties_seen) const {
+    const std::uint32_t k = in ? key >> shift : 0u;
+    const bool tie = in && k == prefix;
+    const std::uint32_t ties = __ballot_sync(0xffffffffu, tie);
+    const bool take = (in && k > prefix) || (tie && ties_seen + __popc(ties & lanes_below(lane)) < need);
+    ties_seen += __popc(ties);
+    return take;
+  }
+};
+
+// Radix select of the `pick` best of `count` candidates (count > pick >= 1),
+// candidate i having the order key key_at(i); stops as soon as every candidate
+// of the prefix wins. Every lane of the warp calls it together.
+//   hist: [kBins] this warp's histogram in shared memory
+template <class KeyAt>
+__device__ __forceinline__ Threshold radix_threshold(const KeyAt& key_at, std::int32_t count,
+                                                     std::int32_t pick, std::uint32_t* hist,
+                                                     int lane) {
+  std::uint32_t prefix = 0;
+  std::int32_t need = pick;
+  for (int shift = 24;; shift -= 8) {
+    for (int i = lane; i < kBins; i += 32) hist[i] = 0;
+    __syncwarp();
+    for (std::int32_t i = lane; i < count; i += 32) {
+      const std::uint32_t k = key_at(i);
+      if (shift == 24 || (k >> (shift + 8)) == prefix) atomicAdd(&hist[(k >> shift) & 0xFFu], 1u);
+    }
+    __syncwarp();
+    // Lane l holds bins 255 - 8l - j, j = 0..7: the highest keys in lane 0.
+    std::uint32_t cnt[8];
+    std::uint32_t sum = 0;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      cnt[j] = hist[kBins - 1 - 8 * lane - j];
+      sum += cnt[j];
+    }
+    std::uint32_t incl = sum;
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+      const std::uint32_t v = __shfl_up_sync(0xffffffffu, incl, m);
+      if (lane >= m) incl += v;
+    }
+    const std::uint32_t excl = incl - sum;
+    const auto want = static_cast<std::uint32_t>(need);
+    // The lane whose bins hold the want-th best key.
+    const int src = __ffs(__ballot_sync(0xffffffffu, excl < want && want <= incl)) - 1;
+    std::uint32_t digit = 0, above = excl, equal = 0;
+    if (lane == src) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (equal != 0) continue;
+        if (above + cnt[j] >= want) {
+          digit = kBins - 1 - 8 * lane - j;
+          equal = cnt[j];
+        } else {
+          above += cnt[j];
+        }
+      }
+    }
+    digit = __shfl_sync(0xffffffffu, digit, src);
+    above = __shfl_sync(0xffffffffu, above, src);
+    equal = __shfl_sync(0xffffffffu, equal, src);
+    need -= static_cast<std::int32_t>(above);
+    prefix = (prefix << 8) | digit;
+    __syncwarp();  // the histogram is cleared again by the next pass
+    if (equal == static_cast<std::uint32_t>(need) || shift == 0) return Threshold{prefix, shift, need};
+  }
+}
+
+}  // namespace msa::cuda::warp
