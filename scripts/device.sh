@@ -16,6 +16,9 @@
 #   --no-gpu-tests  skip the GPU test label (e.g. a bench-only call)
 #   --targets LIST  build only these targets (default: everything)
 set -uo pipefail
+# Each optional section runs under its own time limit (seconds) so that one slow
+# part cannot eat a whole device call: SAN_LIMIT, CHECK_LIMIT, BENCH_LIMIT.
+SAN_LIMIT=${SAN_LIMIT:-240}; CHECK_LIMIT=${CHECK_LIMIT:-180}; BENCH_LIMIT=${BENCH_LIMIT:-300}
 OUT=${OUT:-$PWD/out}
 # The device tool returns at most 8 files: logs go to $OUT/logs and are packed
 # into $OUT/logs.tar.gz at the end; JSON results stay at the top of $OUT.
@@ -81,12 +84,12 @@ if [[ $SAN -eq 1 ]]; then
     filter=""
     [[ -n "$TESTS" ]] && filter="--gtest_filter=*${TESTS}*"
     echo "-- memcheck $name" | tee -a "$LOG/sanitizer.log"
-    MSA_SANITIZER=1 compute-sanitizer --tool memcheck --error-exitcode 9 "$t" $filter >>"$LOG/sanitizer.log" 2>&1 \
+    MSA_SANITIZER=1 timeout $SAN_LIMIT compute-sanitizer --tool memcheck --error-exitcode 9 "$t" $filter >>"$LOG/sanitizer.log" 2>&1 \
       || { echo "memcheck FAILED: $name"; status=1; }
     case "$name" in
       *attention*|*indexer*)
         echo "-- racecheck $name" | tee -a "$LOG/sanitizer.log"
-        MSA_SANITIZER=1 compute-sanitizer --tool racecheck --error-exitcode 9 "$t" $filter >>"$LOG/sanitizer.log" 2>&1 \
+        MSA_SANITIZER=1 timeout $SAN_LIMIT compute-sanitizer --tool racecheck --error-exitcode 9 "$t" $filter >>"$LOG/sanitizer.log" 2>&1 \
           || { echo "racecheck FAILED: $name"; status=1; } ;;
     esac
   done
@@ -101,13 +104,13 @@ fi
 
 if [[ $CHECK -eq 1 ]]; then
   step "msa check"
-  "$BUILD"/msa check $CHECK_ARGS --json "$OUT/check.json" >"$LOG/check.txt" 2>&1 || status=1
+  timeout $CHECK_LIMIT "$BUILD"/msa check $CHECK_ARGS --json "$OUT/check.json" >"$LOG/check.txt" 2>&1 || status=1
   tail -25 "$LOG/check.txt"
 fi
 
 if [[ $BENCH -eq 1 ]]; then
   step "bench"
-  "$BUILD"/msa bench $BENCH_ARGS --json "$OUT/bench.json" 2>&1 | tee "$LOG/bench.txt" || status=1
+  timeout $BENCH_LIMIT "$BUILD"/msa bench $BENCH_ARGS --json "$OUT/bench.json" 2>&1 | tee "$LOG/bench.txt" || status=1
 fi
 tar czf "$OUT/logs.tar.gz" -C "$LOG" . && rm -rf "$LOG"
 step "done (status $status)"

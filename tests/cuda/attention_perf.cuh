@@ -27,9 +27,12 @@ struct PerfResult {
 };
 
 // A synthetic step on a bf16 HND cache filled on the device: `seq_lens` per
-// request, `query_lens` new tokens each, random valid top-k.
+// request, `query_lens` new tokens each, random valid top-k (clustered: as
+// clustered_topk, neighbouring tokens sharing most blocks); the heuristic's
+// plan or forced split factors.
 PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::vector<std::int32_t>& seq_lens,
-                       int q_heads, int kv_heads, int topk, int decode_threshold) {
+                       int q_heads, int kv_heads, int topk, int decode_threshold, bool clustered = false,
+                       std::optional<msa::cuda::attention::Splits> forced = std::nullopt) {
   msa::BatchSpec spec{query_lens, seq_lens, decode_threshold};
   const BatchMetadata meta = msa::build_metadata(spec);
   std::int64_t pages = 0;
@@ -45,7 +48,8 @@ PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::v
   std::vector<std::int32_t> table(std::size_t(meta.num_requests) * max_blocks, -1);
   for (std::int32_t r = 0, next = 0; r < meta.num_requests; ++r)
     for (std::int32_t b = 0; b < meta.num_blocks(r); ++b) table[std::size_t(r) * max_blocks + b] = perm[next++];
-  const auto ids = random_topk(meta, kv_heads, topk, 9, false);
+  const auto ids = clustered ? clustered_topk(meta, kv_heads, topk, 9, false)
+                             : random_topk(meta, kv_heads, topk, 9, false);
 
   // Several "layers" (caches) used in turn, so that the K/V read by one call
   // is not still in L2 from the previous one (as in a real model).
@@ -71,7 +75,7 @@ PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::v
   a.cache = msa::make_cache_view(DType::bf16, cache.data(), pages, kv_heads, Layout::hnd);
   a.block_table = msa::BlockTable{d_table.data(), meta.num_requests, max_blocks, max_blocks};
   msa::cuda::AttentionShape shape{q_heads, kv_heads, topk, DType::bf16, DType::bf16, DType::bf16};
-  Planned p = make_plan(meta, shape);
+  Planned p = make_plan(meta, shape, forced);
 
   auto layer = [&](int i) {
     AttentionArgs l = a;
@@ -121,10 +125,15 @@ PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::v
   MSA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   res.us = timed([&] { MSA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
-  std::printf("[attention-perf] tokens %d (decode %d) heads %d/%d topk %d splits %d/%d layers %d: graph "
+  const bool tiles = meta.num_tokens > meta.num_decode_tokens &&
+                     msa::cuda::attention::use_token_tiles(q_heads / kv_heads, topk, p.plan.prefill_splits);
+  std::printf("[attention-perf] tokens %d (decode %d) heads %d/%d topk %d splits %d/%d%s%s %s layers %d: graph "
               "%.1f us (stream %.1f us), %.0f GB/s of K/V, %.1f TFLOP/s\n",
               meta.num_tokens, meta.num_decode_tokens, q_heads, kv_heads, topk, p.plan.decode_splits,
-              p.plan.prefill_splits, layers, res.us, stream_us, res.kv_bytes / res.us * 1e-3, res.flops / res.us * 1e-6);
+              p.plan.prefill_splits, forced ? " (forced)" : "", tiles ? " tiles" : "",
+              clustered ? "clustered" : "random",
+              layers, res.us,
+              stream_us, res.kv_bytes / res.us * 1e-3, res.flops / res.us * 1e-6);
   MSA_CUDA_CHECK(cudaGraphExecDestroy(exec));
   MSA_CUDA_CHECK(cudaGraphDestroy(graph));
   MSA_CUDA_CHECK(cudaEventDestroy(start));

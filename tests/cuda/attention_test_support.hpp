@@ -58,6 +58,8 @@ struct Case {
   int decode_threshold = 1;
   std::int64_t extra_page_stride = 0;  // elements (bytes for nvfp4) beyond a compact page
   bool shuffle_topk = false;           // valid entries in random order
+  bool clustered = false;              // neighbouring tokens share most blocks (clustered_topk)
+  bool force_tiles = false;            // prefill rows through the token-tile kernel (no prefill split)
   bool small = false;                  // also run under the sanitizer
   std::uint64_t seed = 1;
 };
@@ -125,6 +127,66 @@ std::vector<std::int32_t> random_topk(const BatchMetadata& meta, int num_kv_head
     }
   }
   return out;
+}
+
+// Clustered top-k rows, as real indexers produce them: the tokens of a request
+// (per KV head) draw from a pool of blocks that drifts every 32 tokens (a
+// quarter replaced), so neighbouring tokens share most of their selections.
+// Each row: the query's own block plus min(topk, p/128 + 1) - 1 distinct earlier
+// blocks (pool first, then random ones), ascending or shuffled, then -1. With
+// `repeats`, some rows repeat an entry in place of a trailing -1 (the GPU
+// skips the repeat; the CPU engine rejects it).
+//   returns [num_tokens, num_kv_heads, topk]
+std::vector<std::int32_t> clustered_topk(const BatchMetadata& meta, int num_kv_heads, int topk,
+                                         std::uint64_t seed, bool shuffle, bool repeats = false) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int32_t> out(std::size_t(meta.num_tokens) * num_kv_heads * topk, -1);
+  std::vector<std::int32_t> pool, row;
+  std::vector<char> taken;
+  for (std::int32_t r = 0; r < meta.num_requests; ++r) {
+    for (int h = 0; h < num_kv_heads; ++h) {
+      pool.clear();
+      for (std::int32_t t = meta.query_start[r]; t < meta.query_start[r + 1]; ++t) {
+        const std::int32_t p = meta.token_position[t];
+        if (p < 0) continue;
+        const std::int32_t last = p / 128;
+        const int n = std::min(topk, last + 1);
+        if ((t - meta.query_start[r]) % 32 == 0 || pool.empty()) {
+          std::shuffle(pool.begin(), pool.end(), rng);
+          pool.resize(pool.size() * 3 / 4);
+          const std::size_t want = std::min<std::size_t>(std::size_t(last), std::size_t(topk + topk / 2));
+          taken.assign(std::size_t(last) + 1, 0);
+          for (std::int32_t b : pool) taken[std::size_t(b)] = 1;
+          while (pool.size() < want) {
+            const auto b = std::int32_t(rng() % std::uint64_t(last));
+            if (!taken[std::size_t(b)]) taken[std::size_t(b)] = 1, pool.push_back(b);
+          }
+        }
+        row.assign(1, last);
+        taken.assign(std::size_t(last) + 1, 0);
+        taken[std::size_t(last)] = 1;
+        std::shuffle(pool.begin(), pool.end(), rng);
+        for (std::int32_t b : pool)
+          if (int(row.size()) < n && !taken[std::size_t(b)]) taken[std::size_t(b)] = 1, row.push_back(b);
+        while (int(row.size()) < n) {
+          const auto b = std::int32_t(rng() % std::uint64_t(last));
+          if (!taken[std::size_t(b)]) taken[std::size_t(b)] = 1, row.push_back(b);
+        }
+        std::sort(row.begin(), row.end());
+        if (shuffle) std::shuffle(row.begin(), row.end(), rng);
+        if (repeats && n < topk && rng() % 3 == 0) row.push_back(row[rng() % row.size()]);
+        std::copy(row.begin(), row.end(), out.begin() + (std::size_t(t) * num_kv_heads + h) * topk);
+      }
+    }
+  }
+  return out;
+}
+
+// The top-k rows of a case.
+std::vector<std::int32_t> case_topk(const Case& c, const BatchMetadata& meta) {
+  const std::uint64_t seed = c.seed * 7919 + 1;
+  return c.clustered ? clustered_topk(meta, c.kv_heads, c.topk, seed, c.shuffle_topk)
+                     : random_topk(meta, c.kv_heads, c.topk, seed, c.shuffle_topk);
 }
 
 // ---- references ---------------------------------------------------------------
@@ -277,6 +339,18 @@ Planned make_plan(const BatchMetadata& meta, const msa::cuda::AttentionShape& sh
   return p;
 }
 
+// Plans whose prefill rows run as token tiles: the heuristic's decode split and
+// no prefill split. Fails the test if the shape does not allow tiles.
+Planned make_tiles_plan(const BatchMetadata& meta, const msa::cuda::AttentionShape& shape) {
+  namespace att = msa::cuda::attention;
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  EXPECT_TRUE(att::use_token_tiles(group, shape.topk, 1))
+      << "group " << group << " topk " << shape.topk << " cannot run as token tiles";
+  const att::Splits heuristic = att::choose_step_splits(meta.num_tokens, meta.num_decode_tokens,
+                                                        shape.num_kv_heads, shape.topk, 132);
+  return make_plan(meta, shape, att::Splits{heuristic.decode, 1});
+}
+
 // Checks got against want and prints one line for the device log.
 void expect_close(const Result& got, const Result& want, const std::string& what, double tol = kOutTol) {
   const msa::ref::Comparison o = msa::ref::compare(got.out, want.out, what + " out");
@@ -292,12 +366,16 @@ void run_case(const Case& c) {
   SCOPED_TRACE(::testing::Message() << "case " << c.name << ", seed " << c.seed);
   Workload w = make_workload(c);
   const BatchMetadata& meta = w.meta();
-  const auto topk = random_topk(meta, c.kv_heads, c.topk, c.seed * 7919 + 1, c.shuffle_topk);
+  const auto topk = case_topk(c, meta);
 
   DeviceInputs d(w, meta, topk);
-  Planned p = make_plan(meta, d.shape);
-  std::printf("[attention] %s: %d tokens (%d decode), splits decode %d prefill %d\n", c.name.c_str(),
-              meta.num_tokens, meta.num_decode_tokens, p.plan.decode_splits, p.plan.prefill_splits);
+  Planned p = c.force_tiles ? make_tiles_plan(meta, d.shape) : make_plan(meta, d.shape);
+  const int group = c.q_heads / c.kv_heads;
+  const bool tiles = meta.num_tokens > meta.num_decode_tokens &&
+                     msa::cuda::attention::use_token_tiles(group, c.topk, p.plan.prefill_splits);
+  std::printf("[attention] %s: %d tokens (%d decode), splits decode %d prefill %d, prefill tiles of %d tokens\n",
+              c.name.c_str(), meta.num_tokens, meta.num_decode_tokens, p.plan.decode_splits,
+              p.plan.prefill_splits, tiles ? msa::cuda::attention::tile_tokens(group, c.topk) : 0);
   msa::test::CheckBuffer check;
   msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
   msa::test::device_sync();

@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "attention_perf.cuh"
 #include "attention_test_support.hpp"
+#include "attention_tile_tests.hpp"
 
 namespace {
 
@@ -218,10 +220,12 @@ TEST(CudaAttentionRows, PaddingAndEmptyRows) {
   for (std::int32_t t = meta.query_start[5]; t < meta.query_start[6]; ++t)
     std::fill_n(topk.begin() + std::size_t(t) * c.kv_heads * c.topk, c.kv_heads * c.topk, 123456);
 
-  for (bool forced : {false, true}) {
+  for (int mode : {0, 1, 2}) {  // the heuristic's plan, forced splits, prefill as token tiles
+    const bool forced = mode == 1;
     DeviceInputs d(w, meta, topk);
-    Planned p = forced ? make_plan(meta, d.shape, msa::cuda::attention::Splits{3, 2})
-                       : make_plan(meta, d.shape);
+    Planned p = mode == 1   ? make_plan(meta, d.shape, msa::cuda::attention::Splits{3, 2})
+                : mode == 2 ? make_tiles_plan(meta, d.shape)
+                            : make_plan(meta, d.shape);
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();
@@ -229,7 +233,7 @@ TEST(CudaAttentionRows, PaddingAndEmptyRows) {
     const Result got = d.result();
     w.topk = topk;
     const Result want = oracle(w, meta, topk);
-    expect_close(got, want, forced ? "padding rows, splits 3/2" : "padding rows");
+    expect_close(got, want, forced ? "padding rows, splits 3/2" : mode == 2 ? "padding rows, tiles" : "padding rows");
     const int QH = c.q_heads, G = QH / c.kv_heads;
     for (int g = 0; g < G; ++g) {  // the all -1 row
       const std::size_t i = std::size_t(meta.query_start[2]) * QH + G + g;
@@ -318,8 +322,8 @@ TEST(CudaAttentionRows, ForcedSplits) {
 
 // A decode step captured once in a CUDA graph and replayed with new top-k,
 // sequence lengths, block tables and queries copied into the same buffers.
-TEST(CudaAttentionGraph, ReplayWithNewInputs) {
-  MSA_SKIP_WITHOUT_GPU();
+// forced: the plan's split factors (else the heuristic's).
+void replay_graph(std::optional<msa::cuda::attention::Splits> forced) {
   Case c = named("graph");
   c.seed = 31337;
   c.q_heads = 32, c.kv_heads = 2;
@@ -329,7 +333,8 @@ TEST(CudaAttentionGraph, ReplayWithNewInputs) {
   const BatchMetadata meta0 = w.meta();
   auto topk = random_topk(meta0, c.kv_heads, c.topk, c.seed, false);
   DeviceInputs d(w, meta0, topk);
-  Planned p = make_plan(meta0, d.shape);
+  Planned p = make_plan(meta0, d.shape, forced);
+  std::printf("[attention] graph: decode splits %d\n", p.plan.decode_splits);
   msa::test::CheckBuffer check;
   msa::test::device_sync();  // the plan's counter zeroing ran on the default stream
 
@@ -401,6 +406,18 @@ TEST(CudaAttentionGraph, ReplayWithNewInputs) {
   MSA_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+TEST(CudaAttentionGraph, ReplayWithNewInputs) {
+  MSA_SKIP_WITHOUT_GPU();
+  replay_graph(std::nullopt);
+}
+
+// The same with 4 decode splits: the row kernel launched in thread-block
+// clusters (merge through distributed shared memory) inside the graph.
+TEST(CudaAttentionGraph, ReplayWithClusterMerge) {
+  MSA_SKIP_WITHOUT_GPU();
+  replay_graph(msa::cuda::attention::Splits{4, 1});
+}
+
 // Host-side checks name the argument before anything launches.
 TEST(CudaAttentionChecks, PlanAndRunMismatches) {
   MSA_SKIP_WITHOUT_GPU();
@@ -449,10 +466,34 @@ TEST(CudaAttentionPerf, Throughput) {
     time_attend(std::vector<std::int32_t>(std::size_t(batch), 1), std::vector<std::int32_t>(std::size_t(batch), 16384),
                 16, 1, 16, 1);
   }
-  time_attend(std::vector<std::int32_t>(32, 1), std::vector<std::int32_t>(32, 16384), 64, 4, 16, 1);
+  for (int batch : {32, 64})
+    time_attend(std::vector<std::int32_t>(std::size_t(batch), 1), std::vector<std::int32_t>(std::size_t(batch), 16384),
+                64, 4, 16, 1);
+  // Other split factors of decode batch 32 at 16/1 (2: cluster merge; 8, 16).
+  for (int s : {2, 8, 16})
+    time_attend(std::vector<std::int32_t>(32, 1), std::vector<std::int32_t>(32, 16384), 16, 1, 16, 1, false,
+                msa::cuda::attention::Splits{s, 1});
   time_attend(std::vector<std::int32_t>(64, 4), std::vector<std::int32_t>(64, 16384), 16, 1, 16, 4);
+  // Prefill: random rows (every token its own blocks: the tile kernel's worst
+  // case) and clustered rows (as real indexers select), 8K and 32K-token chunks.
   time_attend({8192}, {8192}, 16, 1, 16, 1);
+  time_attend({8192}, {8192}, 16, 1, 16, 1, true);
+  // The row kernel on the same clustered rows (prefill split 2 keeps it off tiles).
+  time_attend({8192}, {8192}, 16, 1, 16, 1, true, msa::cuda::attention::Splits{1, 2});
+  time_attend({32768}, {32768}, 16, 1, 16, 1, true);
+  time_attend({32768}, {65536}, 16, 1, 16, 1, true);
+  {  // the other tile variant (keys per pass over a block)
+    namespace att = msa::cuda::attention;
+    att::tile_pass_keys_override = att::kTilePassKeys == 128 ? 64 : 128;
+    std::printf("[attention-perf] tile pass of %d keys:\n", att::tile_pass_keys());
+    time_attend({8192}, {8192}, 16, 1, 16, 1, false);
+    time_attend({8192}, {8192}, 16, 1, 16, 1, true);
+    time_attend({32768}, {32768}, 16, 1, 16, 1, true);
+    att::tile_pass_keys_override = 0;
+  }
+  time_attend({8192}, {8192}, 64, 4, 16, 1, true);
   time_attend({4096, 4096}, {32768, 8192}, 16, 1, 16, 1);
+  time_attend({4096, 4096}, {32768, 8192}, 16, 1, 16, 1, true);
 }
 
 }  // namespace

@@ -1,12 +1,17 @@
 // Run step of the CUDA sparse attention: host-side shape checks, the kernel
-// parameters, and the dispatch to one kernel instance (which also merges split
-// rows). One launch; allocates nothing and never synchronizes the host.
+// parameters, and the dispatch to the kernel instances: the row kernel (which
+// also merges split rows) for decode rows and for prefill rows that split, the
+// token-tile kernel for the other prefill rows (heuristics.hpp). Up to three
+// launches (decode rows, prefill rows), each with its own split merge (in a
+// thread-block cluster or through the workspace); allocates nothing and never
+// synchronizes the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/checks.hpp"
 #include "cuda/attention/heuristics.hpp"
@@ -153,32 +158,58 @@ AttendParams make_params(const AttentionPlan& plan, const StepView& step, const 
   return p;
 }
 
-void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaStream_t s) {
+using F16 = std::true_type;
+using Bf16 = std::false_type;
+using Half = std::integral_constant<KvKind, KvKind::half>;
+using E4m3 = std::integral_constant<KvKind, KvKind::e4m3>;
+using E5m2 = std::integral_constant<KvKind, KvKind::e5m2>;
+using Nvfp4 = std::integral_constant<KvKind, KvKind::nvfp4>;
+
+// Calls fn(kind, fp16) with the instance of the cache dtype (the MMA type: the
+// cache's for bf16 / fp16 caches, else fp16 when f16).
+template <class Fn>
+void dispatch(DType kv, bool f16, const char* what, Fn&& fn) {
   switch (kv) {
-    case DType::bf16: return launch_attend<KvKind::half, false>(p, ctas, s);
-    case DType::fp16: return launch_attend<KvKind::half, true>(p, ctas, s);
-    case DType::fp8_e4m3:
-      return f16 ? launch_attend<KvKind::e4m3, true>(p, ctas, s) : launch_attend<KvKind::e4m3, false>(p, ctas, s);
-    case DType::fp8_e5m2:
-      return f16 ? launch_attend<KvKind::e5m2, true>(p, ctas, s) : launch_attend<KvKind::e5m2, false>(p, ctas, s);
-    case DType::nvfp4:
-      return f16 ? launch_attend<KvKind::nvfp4, true>(p, ctas, s) : launch_attend<KvKind::nvfp4, false>(p, ctas, s);
-    default: fail("attend: cache dtype ", dtype_name(kv), " is not a KV cache dtype");
+    case DType::bf16: return fn(Half{}, Bf16{});
+    case DType::fp16: return fn(Half{}, F16{});
+    case DType::fp8_e4m3: return f16 ? fn(E4m3{}, F16{}) : fn(E4m3{}, Bf16{});
+    case DType::fp8_e5m2: return f16 ? fn(E5m2{}, F16{}) : fn(E5m2{}, Bf16{});
+    case DType::nvfp4: return f16 ? fn(Nvfp4{}, F16{}) : fn(Nvfp4{}, Bf16{});
+    default: fail(what, ": cache dtype ", dtype_name(kv), " is not a KV cache dtype");
   }
+}
+
+// The row kernel (kTiles false) or the token-tile kernel.
+template <bool kTiles>
+void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaStream_t s) {
+  dispatch(kv, f16, "attend", [&](auto kind, auto fp16) {
+    constexpr KvKind kKind = decltype(kind)::value;
+    constexpr bool kF16 = decltype(fp16)::value;
+    if constexpr (kTiles) launch_attend_tiles<kKind, kF16>(p, ctas, s);
+    else launch_attend<kKind, kF16>(p, ctas, s);
+  });
 }
 
 }  // namespace
 
 void prepare_kernels(const AttentionShape& shape) {
-  const bool f16 = shape.out_dtype == DType::fp16;
-  switch (shape.kv_dtype) {
-    case DType::bf16: return prepare_attend<KvKind::half, false>();
-    case DType::fp16: return prepare_attend<KvKind::half, true>();
-    case DType::fp8_e4m3: return f16 ? prepare_attend<KvKind::e4m3, true>() : prepare_attend<KvKind::e4m3, false>();
-    case DType::fp8_e5m2: return f16 ? prepare_attend<KvKind::e5m2, true>() : prepare_attend<KvKind::e5m2, false>();
-    case DType::nvfp4: return f16 ? prepare_attend<KvKind::nvfp4, true>() : prepare_attend<KvKind::nvfp4, false>();
-    default: fail("attention: cache dtype ", dtype_name(shape.kv_dtype), " is not a KV cache dtype");
-  }
+  dispatch(shape.kv_dtype, shape.out_dtype == DType::fp16, "attention", [](auto kind, auto fp16) {
+    constexpr KvKind kKind = decltype(kind)::value;
+    constexpr bool kF16 = decltype(fp16)::value;
+    prepare_attend<kKind, kF16>();
+    prepare_attend_tiles<kKind, kF16>();
+  });
+}
+
+ClusterCapacity cluster_capacity(const AttentionShape& shape) {
+  ClusterCapacity c;
+  dispatch(shape.kv_dtype, shape.out_dtype == DType::fp16, "attention", [&](auto kind, auto fp16) {
+    constexpr KvKind kKind = decltype(kind)::value;
+    constexpr bool kF16 = decltype(fp16)::value;
+    for (int size = 2; size <= kMaxClusterSplits; ++size)
+      c.clusters[size] = row_cluster_capacity<kKind, kF16>(size);
+  });
+  return c;
 }
 
 }  // namespace attention
@@ -192,16 +223,41 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
   check::attention_shape(step, args);
   if (step.num_tokens == 0) return;
 
-  const AttendParams p = make_params(plan, step, args, check);
+  AttendParams p = make_params(plan, step, args, check);
   const std::int64_t prefill_tokens = std::int64_t(step.num_tokens) - step.num_decode_tokens;
-  const std::int64_t ctas = std::int64_t(step.num_decode_tokens) * p.num_kv_heads * p.decode_splits +
-                            prefill_tokens * p.num_kv_heads * p.prefill_splits;
-  MSA_CHECK(ctas <= std::numeric_limits<std::int32_t>::max(), "attend: ", ctas,
+  const int group = p.group;
+  const bool tiles = prefill_tokens > 0 && use_token_tiles(group, p.topk_count, p.prefill_splits);
+  // Row kernel: decode rows first, then prefill rows unless they run as tiles.
+  const std::int64_t row_ctas = std::int64_t(step.num_decode_tokens) * p.num_kv_heads * p.decode_splits +
+                                (tiles ? 0 : prefill_tokens * p.num_kv_heads * p.prefill_splits);
+  const int tokens_per_tile = tile_tokens(group, p.topk_count);
+  const std::int64_t tiles_ctas =
+      tiles ? tile_ctas(prefill_tokens, step.num_requests, tokens_per_tile, p.num_kv_heads) : 0;
+  MSA_CHECK(row_ctas <= std::numeric_limits<std::int32_t>::max() &&
+                tiles_ctas <= std::numeric_limits<std::int32_t>::max(),
+            "attend: ", std::max(row_ctas, tiles_ctas),
             " CTAs exceed the grid limit (tokens x kv heads x splits)");
   // The MMA type: the cache's for bf16 / fp16 caches, else the output's.
   const bool f16 = args.out_dtype == DType::fp16;
   const auto s = static_cast<cudaStream_t>(stream);
-  launch(p, args.cache.dtype, f16, ctas, s);
+  // Row kernel: one launch per class, so that each has its own cluster size.
+  const std::int64_t decode_ctas = std::int64_t(step.num_decode_tokens) * p.num_kv_heads * p.decode_splits;
+  if (decode_ctas > 0) {
+    AttendParams d = p;
+    d.cluster_splits = use_cluster_merge(p.decode_splits) ? p.decode_splits : 0;
+    launch<false>(d, args.cache.dtype, f16, decode_ctas, s);
+  }
+  if (row_ctas > decode_ctas) {
+    AttendParams r = p;
+    r.cta_offset = decode_ctas;
+    r.cluster_splits = use_cluster_merge(p.prefill_splits) ? p.prefill_splits : 0;
+    launch<false>(r, args.cache.dtype, f16, row_ctas - decode_ctas, s);
+  }
+  if (tiles_ctas > 0) {
+    p.tile_tokens = tokens_per_tile;
+    p.tile_pass_keys = tile_pass_keys();
+    launch<true>(p, args.cache.dtype, f16, tiles_ctas, s);
+  }
 }
 
 }  // namespace msa::cuda

@@ -1,47 +1,142 @@
 // Host heuristics of the CUDA sparse attention: how many ways the selected
-// blocks of one (token, KV head) row are split across CTAs, and how the plan's
-// workspace is laid out. Pure functions with no CUDA includes, so the CPU unit
-// tests (tests/unit/test_attention_plan.cpp) check them directly.
+// blocks of one (token, KV head) row are split across CTAs and how split rows
+// merge, whether prefill rows run as token tiles, and how the plan's workspace
+// is laid out. Pure functions with no CUDA includes, so the CPU unit tests
+// (tests/unit/test_attention_plan.cpp) check them directly.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+
+#include "msa/common.hpp"
 
 namespace msa::cuda::attention {
 
 // Largest split-K factor. Partial results are [rows, heads, splits, 128] fp32.
 inline constexpr int kMaxSplits = 16;
-// CTAs of the attention kernel that fit on one SM (its shared memory holds two
+// CTAs of the row kernel that fit on one SM (its shared memory holds three
 // 64 KiB K/V stages, so one).
 inline constexpr int kCtasPerSm = 1;
-// Fixed cost of one CTA (top-k scan, query load, warp merge, epilogue),
-// measured in "blocks" (the time one 128-key K/V block takes).
-inline constexpr double kCtaOverheadBlocks = 0.5;
-// Extra cost of a CTA that writes fp32 partials and needs the combine pass.
-inline constexpr double kSplitOverheadBlocks = 0.25;
+
+// Split rows whose factor is at most this merge inside a thread-block cluster
+// (the splits of a row are one cluster, partials exchanged through distributed
+// shared memory: no workspace round trips) when all the launch's clusters fit
+// on the device at once; otherwise they merge through the workspace. 8 is the
+// portable cluster size.
+inline constexpr int kMaxClusterSplits = 8;
+inline bool use_cluster_merge(int splits) { return splits > 1 && splits <= kMaxClusterSplits; }
+// The largest cluster the split heuristic plans for: sizes 2-5 ran in the
+// H200 tests (2 and 4 were also timed); 6-8 run the same code but did not.
+inline constexpr int kPlannedClusterSplits = 5;
+
+// Clusters of each size (2..kMaxClusterSplits) of the row kernel that the
+// device holds at once (cudaOccupancyMaxActiveClusters); all 0: no cluster merge.
+struct ClusterCapacity {
+  int clusters[kMaxClusterSplits + 1] = {};
+  // Whether `rows` rows split `splits` ways merge in clusters (one wave of them).
+  bool fits(int splits, std::int64_t rows) const {
+    return use_cluster_merge(splits) && rows <= clusters[splits];
+  }
+};
+
+// Cost model of a row-kernel launch, in "blocks" (the time one CTA takes to
+// stream one 64 KiB K/V block, ~1.4 us on the H200), fitted to decode timings
+// on the H200 (16 / 1 heads, top-k 16, batch 1-64, split 1-16; F3):
+//   per CTA: the metadata chain, first-load latency and epilogue (~5.7 us);
+inline constexpr double kCtaOverheadBlocks = 4.0;
+//   per split launch merging through the workspace: partial stores, fence,
+//   counter, partial reads of the last split (~6.6 us at the end of the launch);
+inline constexpr double kWorkspaceMergeBlocks = 4.7;
+//   per split launch merging in clusters (two cluster barriers, DSMEM reads);
+inline constexpr double kClusterMergeBlocks = 0.1;
+//   per block of the whole launch when HBM bandwidth (~4.3 TB/s) is the limit.
+inline constexpr double kBandwidthBlocks = 0.0109;
 
 // Split-K factor for `rows` (token, KV head) rows that each read up to `topk`
-// blocks, on `num_sms` SMs. Minimises (waves of CTAs) x (blocks per CTA + the
-// per-CTA overheads); ties go to fewer splits. Decode at small batch gets many
-// splits (batch 1, one KV head: 16), large prefill gets 1.
-inline int choose_splits(std::int64_t rows, int topk, int num_sms, int ctas_per_sm = kCtasPerSm) {
+// blocks, on `num_sms` SMs. Minimises max(waves x (blocks per CTA + CTA
+// overhead), the bandwidth floor) + the merge cost; ties go to fewer splits.
+// With a cluster capacity, factors up to kPlannedClusterSplits whose clusters
+// fit in one wave get the cheap cluster merge (decode at batch 32, one KV head:
+// 3 splits); without one every split pays the workspace merge (batch 32: 4,
+// batch 1-8: 16). Large batches and prefill get 1.
+inline int choose_splits(std::int64_t rows, int topk, int num_sms, const ClusterCapacity& capacity = {},
+                         int ctas_per_sm = kCtasPerSm) {
   if (rows <= 0 || topk <= 1 || num_sms <= 0) return 1;
   const std::int64_t slots = std::int64_t(num_sms) * std::max(ctas_per_sm, 1);
   const int max_splits = std::min(topk, kMaxSplits);
+  const double bandwidth_floor = double(rows) * topk * kBandwidthBlocks + kCtaOverheadBlocks;
   int best = 1;
   double best_cost = 0.0;
   for (int s = 1; s <= max_splits; ++s) {
     const std::int64_t waves = (rows * s + slots - 1) / slots;
     const int blocks = (topk + s - 1) / s;
-    const double per_cta = blocks + kCtaOverheadBlocks + (s > 1 ? kSplitOverheadBlocks : 0.0);
-    const double cost = double(waves) * per_cta;
-    if (s == 1 || cost < best_cost) {
+    double cost = std::max(double(waves) * (blocks + kCtaOverheadBlocks), bandwidth_floor);
+    if (s > 1)
+      cost += s <= kPlannedClusterSplits && capacity.fits(s, rows) ? kClusterMergeBlocks
+                                                                   : kWorkspaceMergeBlocks;
+    if (s == 1 || cost < best_cost - 1e-9) {
       best = s;
       best_cost = cost;
     }
   }
   return best;
+}
+
+// ---- token tiles (prefill) --------------------------------------------------------
+// A token-tile CTA (8 warps, 16 query rows each) takes T consecutive tokens of
+// one request and one KV head: rows T x G, token-major. It loads each block of
+// the union of the tokens' selections once and masks every row to its own
+// token's blocks, so with clustered selections (neighbouring tokens share most
+// blocks) each K/V tile feeds up to 8 times more MMA rows than in the row kernel.
+inline constexpr int kTileRows = 128;       // MMA rows of a token tile (8 warps x 16)
+inline constexpr int kTileMaxTokens = 64;   // token masks are 64-bit
+inline constexpr int kTileMaxPairs = 512;   // (token, top-k entry) pairs scanned per tile
+
+// Tokens per tile for GQA group `group` and `topk` entries per row.
+inline int tile_tokens(int group, int topk) {
+  const int by_rows = kTileRows / std::max(group, 1);
+  const int by_pairs = kTileMaxPairs / std::max(topk, 1);
+  return std::max(1, std::min({by_rows, kTileMaxTokens, by_pairs}));
+}
+
+// Keys a tile warp attends per pass over a block: 128 (one pass: the most
+// independent MMAs and one softmax rescale per block) or 64 (two passes of a
+// rolled loop: half the registers and code). tile_pass_keys_override, when
+// not 0, replaces it (tests run both variants).
+inline constexpr int kTilePassKeys = 128;
+inline std::atomic<int> tile_pass_keys_override{0};
+inline int tile_pass_keys() {
+  const int o = tile_pass_keys_override.load(std::memory_order_relaxed);
+  return o == 64 || o == 128 ? o : kTilePassKeys;
+}
+
+// Prefill rows run as token tiles when they need no split-K (the prefill part is
+// large enough to fill the machine, see choose_splits) and a tile holds at least
+// 32 MMA rows. The host cannot see the top-k lists; when neighbouring tokens
+// select unrelated blocks the tile kernel loads about as many tiles as the row
+// kernel and only the warps whose tokens selected a block compute on it.
+inline bool use_token_tiles(int group, int topk, int prefill_splits) {
+  return prefill_splits == 1 && group * tile_tokens(group, topk) >= 32;
+}
+
+// Tile numbers: the j-th tile of request r is number first_tile_number(r) + j,
+// floor(a_r / T) + r with a_r the offset of r's first prefill token among the
+// prefill tokens (0 for decode requests), so that no two tiles collide whatever
+// the query lengths are; the numbers stay below prefill_tokens / T + requests
+// (a few stay unused and their CTAs exit at once). Host and device.
+//   query_start_r: query_start[r]
+MSA_HD std::int64_t first_tile_number(int query_start_r, int num_decode_tokens, int tokens_per_tile, int r) {
+  const int a = (query_start_r > num_decode_tokens ? query_start_r : num_decode_tokens) - num_decode_tokens;
+  return std::int64_t(a / tokens_per_tile) + r;
+}
+
+// CTAs of the token-tile launch (tile numbers x KV heads, head fastest).
+inline std::int64_t tile_ctas(std::int64_t prefill_tokens, int num_requests, int tokens_per_tile,
+                              int num_kv_heads) {
+  if (prefill_tokens <= 0) return 0;
+  return (prefill_tokens / tokens_per_tile + num_requests) * num_kv_heads;
 }
 
 struct Splits {
@@ -53,11 +148,13 @@ struct Splits {
 // Split factors of a step: decode and prefill rows are judged apart (they run
 // in one launch, decode CTAs first, but each class has its own factor).
 inline Splits choose_step_splits(std::int64_t num_tokens, std::int64_t num_decode_tokens,
-                                 int num_kv_heads, int topk, int num_sms) {
+                                 int num_kv_heads, int topk, int num_sms,
+                                 const ClusterCapacity& capacity = {}) {
   Splits s;
   const std::int64_t prefill_tokens = num_tokens - num_decode_tokens;
-  if (num_decode_tokens > 0) s.decode = choose_splits(num_decode_tokens * num_kv_heads, topk, num_sms);
-  if (prefill_tokens > 0) s.prefill = choose_splits(prefill_tokens * num_kv_heads, topk, num_sms);
+  if (num_decode_tokens > 0)
+    s.decode = choose_splits(num_decode_tokens * num_kv_heads, topk, num_sms, capacity);
+  if (prefill_tokens > 0) s.prefill = choose_splits(prefill_tokens * num_kv_heads, topk, num_sms, capacity);
   return s;
 }
 

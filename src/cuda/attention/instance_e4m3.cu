@@ -8,5 +8,7 @@ template void launch_attend<KvKind::e4m3, false>(const AttendParams&, std::int64
 template void prepare_attend<KvKind::e4m3, false>();
 template void launch_attend<KvKind::e4m3, true>(const AttendParams&, std::int64_t, cudaStream_t);
 template void prepare_attend<KvKind::e4m3, true>();
+template int row_cluster_capacity<KvKind::e4m3, false>(int);
+template int row_cluster_capacity<KvKind::e4m3, true>(int);
 
 }  // namespace msa::cuda::attention

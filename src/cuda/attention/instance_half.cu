@@ -8,5 +8,7 @@ template void launch_attend<KvKind::half, false>(const AttendParams&, std::int64
 template void prepare_attend<KvKind::half, false>();
 template void launch_attend<KvKind::half, true>(const AttendParams&, std::int64_t, cudaStream_t);
 template void prepare_attend<KvKind::half, true>();
+template int row_cluster_capacity<KvKind::half, false>(int);
+template int row_cluster_capacity<KvKind::half, true>(int);
 
 }  // namespace msa::cuda::attention

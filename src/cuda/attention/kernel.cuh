@@ -1,10 +1,10 @@
-// The attention kernel, query-major: a CTA of 4 warps owns one (token, KV
+// The row attention kernel, query-major: a CTA of 4 warps owns one (token, KV
 // head, split): the G query heads of that token (rows padded to 16) against
 // the keys of its share of the row's selected blocks. Assembled from the tile
 // scheduler and top-k scan (kernel_entries.cuh), the tile loads
 // (kernel_stage.cuh), the mainloop (kernel_mainloop.cuh) and the epilogue
-// (kernel_epilogue.cuh). Loads are double-buffered: block i + 1 (and for
-// converted kinds i + 2) is in flight while block i is computed.
+// (kernel_epilogue.cuh). Loads are triple-buffered: blocks i + 1 and i + 2
+// (and for converted kinds i + 3) are in flight while block i is computed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_epilogue.cuh"
 #include "cuda/attention/kernel_mainloop.cuh"
@@ -53,7 +54,8 @@ __device__ __forceinline__ uint4 load_query_chunk(const AttendParams& p, std::in
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// The CTA's query rows into the swizzled query tile; rows >= G are zero.
+// The CTA's query rows into the swizzled query tile; rows >= G are zero. The
+// rows of a row that attends nothing are loaded too (in bounds, never used).
 template <bool kF16>
 __device__ __forceinline__ void stage_query(const AttendParams& p, const RowWork& w,
                                             unsigned char* q_tile, int tid) {
@@ -62,7 +64,7 @@ __device__ __forceinline__ void stage_query(const AttendParams& p, const RowWork
     const int idx = tid + it * kThreads;
     const int row = idx >> 4, c = idx & 15;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (row < p.group && w.position >= 0) {
+    if (row < p.group) {
       const std::int64_t qh = std::int64_t(w.head) * p.group + row;
       v = load_query_chunk<kF16>(p, (std::int64_t(w.token) * p.num_q_heads + qh) * kDim + 8 * c);
     }
@@ -73,22 +75,29 @@ __device__ __forceinline__ void stage_query(const AttendParams& p, const RowWork
 template <KvKind kKind, bool kF16>
 __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const __grid_constant__ AttendParams p) {
   using L = SmemLayout<kKind>;
+  constexpr int kStages = L::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const RowWork w = row_of_cta(p, blockIdx.x);
+  RowWork w = row_of_cta(p, p.cta_offset + blockIdx.x);
 
   auto* s_ids = reinterpret_cast<std::int32_t*>(smem + L::kIds);
   auto* s_pages = reinterpret_cast<std::int32_t*>(smem + L::kPages);
   auto* s_blocks = reinterpret_cast<std::int32_t*>(smem + L::kBlocks);
-  auto* s_count = reinterpret_cast<std::int32_t*>(smem + L::kCount);
+  auto* s_count = reinterpret_cast<std::int32_t*>(smem + L::kCount);  // [count, last, position, request]
   if (warp == 0) {
-    const int n = scan_topk(p, w, lane, s_ids, s_pages, s_blocks);
-    if (lane == 0) s_count[0] = n;
+    const int n = scan_row(p, w, lane, s_ids, s_pages, s_blocks);
+    if (lane == 0) {
+      s_count[0] = n;
+      s_count[2] = w.position;
+      s_count[3] = w.request;
+    }
   }
   const Stager<kKind, kF16> stager{smem, p, w.head, tid};
   stager.build_lut();
   stage_query<kF16>(p, w, smem + L::kQ, tid);
   __syncthreads();
+  w.position = s_count[2];
+  w.request = s_count[3];
 
   std::uint32_t qf[8][4];
   load_query_fragments(qf, smem_u32(smem + L::kQ), lane);
@@ -106,43 +115,47 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const __grid_consta
   const float* k_scales = stager.k_token_scales();
   const float* v_scales = stager.v_token_scales();
 
-  if (count > 0) {
-    stager.issue(0, s_pages[begin], valid_keys(0));
-    cp_async_commit();
-  }
-  if (count > 1) {
-    stager.issue(1, s_pages[begin + 1], valid_keys(1));
+  // kStages blocks in flight. One commit group per block (empty past the
+  // end), so that "block i landed" is always "at most kStages - 1 pending".
+#pragma unroll
+  for (int s = 0; s < kStages; ++s) {
+    if (s < count) stager.issue(s, s_pages[begin + s], valid_keys(s));
     cp_async_commit();
   }
   for (int i = 0; i < count; ++i) {
-    if (i + 1 < count) cp_async_wait<1>();
-    else cp_async_wait<0>();
+    cp_async_wait<kStages - 1>();
     __syncthreads();
-    const int stage = i & 1;
+    const int stage = i % kStages;
     const int valid = valid_keys(i);
     if constexpr (L::kConverted) {
       stager.widen(stage, valid);
       __syncthreads();
-      if (i + 2 < count) {
-        stager.issue(stage, s_pages[begin + i + 2], valid_keys(i + 2));
-        cp_async_commit();
-      }
+      if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
+      cp_async_commit();
     }
     attend_block<kF16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), warp, lane,
                        p.score_scale_log2, valid, k_scales, v_scales);
     __syncthreads();
     if constexpr (!L::kConverted) {
-      if (i + 2 < count) {
-        stager.issue(stage, s_pages[begin + i + 2], valid_keys(i + 2));
-        cp_async_commit();
-      }
+      if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
+      cp_async_commit();
     }
   }
+  cp_async_wait<0>();
   write_row<kKind>(p, w, st, smem, tid);
 }
 
-// Raises the kernel's dynamic shared-memory limit, once per device (called by
-// the plan, outside any graph capture, and again harmlessly by the launch).
+// Clusters of `size` row-kernel CTAs that fit on device `device` at once
+// (sizes 2..kMaxClusterSplits, devices 0..63), measured by prepare_attend.
+template <KvKind kKind, bool kF16>
+int& cluster_capacity(int device, int size) {
+  static int capacity[64][kMaxClusterSplits + 1] = {};
+  return capacity[device][size];
+}
+
+// Raises the kernel's dynamic shared-memory limit and measures its cluster
+// capacities, once per device (called by the plan, outside any graph capture,
+// and again harmlessly by the launch).
 template <KvKind kKind, bool kF16>
 void prepare_attend() {
   static std::atomic<std::uint64_t> done{0};  // bit d: device d prepared
@@ -153,15 +166,75 @@ void prepare_attend() {
   MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<kKind, kF16>,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       SmemLayout<kKind>::kBytes));
+  if (bit == 0) return;  // device >= 64: no cluster merge (capacity unknown)
+  for (int size = 2; size <= kMaxClusterSplits; ++size) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(size));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = SmemLayout<kKind>::kBytes;
+    cudaLaunchAttribute cluster[1] = {};
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = static_cast<unsigned>(size);
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, attend_kernel<kKind, kF16>, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // cluster launches unavailable: merge through the workspace
+      clusters = 0;
+    }
+    cluster_capacity<kKind, kF16>(device, size) = clusters;
+  }
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
-// Launches the kernel over `ctas` CTAs (decode CTAs first, see row_of_cta).
+// Clusters of `size` CTAs (2..kMaxClusterSplits) of the row kernel that the
+// current device holds at once; 0 when cluster launches are unavailable.
+template <KvKind kKind, bool kF16>
+int row_cluster_capacity(int size) {
+  prepare_attend<kKind, kF16>();
+  int device = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= 64 || size < 2 || size > kMaxClusterSplits) return 0;
+  return cluster_capacity<kKind, kF16>(device, size);
+}
+
+// Launches the kernel over `ctas` CTAs (row-kernel CTAs p.cta_offset onwards,
+// see row_of_cta), in clusters of p.cluster_splits when that is > 1 and all
+// the clusters fit on the device at once; otherwise (a second wave of
+// clusters would cost more than the workspace merge saves) without clusters,
+// merging through the workspace.
 template <KvKind kKind, bool kF16>
 void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream) {
   prepare_attend<kKind, kF16>();
-  attend_kernel<kKind, kF16><<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
-                               SmemLayout<kKind>::kBytes, stream>>>(p);
+  int cluster_splits = p.cluster_splits;
+  if (cluster_splits > 1) {
+    int device = 0;
+    MSA_CUDA_CHECK(cudaGetDevice(&device));
+    const int capacity = device < 64 ? cluster_capacity<kKind, kF16>(device, cluster_splits) : 0;
+    if (ctas / cluster_splits > capacity) cluster_splits = 0;
+  }
+  if (cluster_splits > 1) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(ctas));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = SmemLayout<kKind>::kBytes;
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1] = {};
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = static_cast<unsigned>(cluster_splits);
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<kKind, kF16>, p));
+  } else {
+    AttendParams q = p;
+    q.cluster_splits = 0;
+    attend_kernel<kKind, kF16><<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
+                                 SmemLayout<kKind>::kBytes, stream>>>(q);
+  }
   MSA_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
-// Split-K merge of one (token, KV head) row's G query heads, run by the whole
-// CTA of the last split to finish: with M = max_s lse_s,
+// Split-K merge of one (token, KV head) row's G query heads. Through the
+// workspace, run by the whole CTA of the last split to finish: with M = max_s lse_s,
 //   out = sum_s exp(lse_s - M) o_s / sum_s exp(lse_s - M),
 //   lse = M + log(sum_s exp(lse_s - M));
 // a head whose splits are all empty writes 0 and -inf. The partials were
@@ -8,8 +8,11 @@
 // trip for the lse values, then the partial outputs.
 #pragma once
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
+#include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/ptx.cuh"
@@ -75,6 +78,62 @@ __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork
     }
     *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + (first_head + g) * kDim + 8 * c) = o;
   }
+}
+
+// The same merge inside a thread-block cluster whose CTAs are the row's
+// splits (cluster rank = split): each CTA left its normalised fp32 output and
+// lse in its own shared memory, and CTA k merges the (head, 8-dim chunk) items
+// i with i % splits == k, reading every split's values through distributed
+// shared memory. Two cluster barriers: partials complete before any read, no
+// CTA exits (freeing its shared memory) before every read is done.
+//   part:     this CTA's shared [16 heads][128] fp32 partial output
+//   part_lse: this CTA's shared [16] lse (natural log)
+__device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const RowWork& w,
+                                                    const float* part, const float* part_lse, int tid) {
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();
+  const int group = p.group, splits = w.splits;
+  const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * group;
+  for (int i = w.split + tid * splits; i < group * 16; i += kThreads * splits) {
+    const int g = i >> 4, c = i & 15;
+    float lse[kMaxClusterSplits];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      lse[s] = s < splits ? cluster.map_shared_rank(part_lse, s)[g] : -INFINITY;
+      mx = fmaxf(mx, lse[s]);
+    }
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) {
+      if (s >= splits) break;
+      const float wgt = (mx == -INFINITY || lse[s] == -INFINITY) ? 0.0f : expf(lse[s] - mx);
+      sum += wgt;
+      const float* src = cluster.map_shared_rank(part, s) + g * kDim + 8 * c;
+      const float4 a = *reinterpret_cast<const float4*>(src);
+      const float4 b = *reinterpret_cast<const float4*>(src + 4);
+      acc[0] += wgt * a.x, acc[1] += wgt * a.y, acc[2] += wgt * a.z, acc[3] += wgt * a.w;
+      acc[4] += wgt * b.x, acc[5] += wgt * b.y, acc[6] += wgt * b.z, acc[7] += wgt * b.w;
+    }
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= inv;
+    uint4 o;
+    if (p.out_fp16) {
+      o = make_uint4(pack2<true>(acc[0], acc[1]), pack2<true>(acc[2], acc[3]), pack2<true>(acc[4], acc[5]),
+                     pack2<true>(acc[6], acc[7]));
+    } else {
+      o = make_uint4(pack2<false>(acc[0], acc[1]), pack2<false>(acc[2], acc[3]),
+                     pack2<false>(acc[4], acc[5]), pack2<false>(acc[6], acc[7]));
+    }
+    *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + (first_head + g) * kDim + 8 * c) = o;
+    if (c == 0 && p.lse != nullptr) p.lse[first_head + g] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+  }
+  cluster.sync();
 }
 
 }  // namespace msa::cuda::attention

@@ -21,7 +21,8 @@ struct RowWork {
 };
 
 // CTAs are numbered decode rows first: [num_decode_tokens x kv_heads x decode_splits],
-// then [prefill tokens x kv_heads x prefill_splits], split fastest.
+// then [prefill tokens x kv_heads x prefill_splits], split fastest. Arithmetic
+// only: the request and position are resolved by scan_row.
 __device__ __forceinline__ RowWork row_of_cta(const AttendParams& p, std::int64_t cta) {
   RowWork w;
   const std::int64_t decode_ctas =
@@ -38,64 +39,91 @@ __device__ __forceinline__ RowWork row_of_cta(const AttendParams& p, std::int64_
   local /= w.splits;
   w.head = int(local % p.num_kv_heads);
   w.token = first_token + int(local / p.num_kv_heads);
-
-  const int r = p.token_request[w.token];
-  if (r < 0 || r >= p.num_requests) return w;  // inconsistent step data: attend nothing
-  w.request = r;
-  const int seq = p.seq_lens[r];
-  const int q0 = p.query_start[r];
-  const int qlen = p.query_start[r + 1] - q0;
-  if (seq <= 0) return w;  // padding request
-  const int pos = seq - qlen + (w.token - q0);
-  w.position = pos >= 0 && pos < seq ? pos : -1;
   return w;
 }
 
-// Warp 0 scans the row's top-k entries and writes the usable ones, compacted in
-// their original order, to s_pages / s_blocks; returns their count (lane 0's
-// value is the one to use). An entry is usable when it is a valid id (>= 0),
-// eligible (<= p / 128, inside the block table), not a repeat of an earlier
-// entry, and its page is inside the cache. Ineligible ids and bad pages are
-// recorded in the DeviceCheck by split 0 (the other splits scan the same row).
+// Absolute position of `token` of request r, or -1 when the row attends nothing
+// (padding request, or step data that do not fit together).
+//   seq, q0, q1: seq_lens[r], query_start[r], query_start[r + 1]
+__device__ __forceinline__ int token_position(int token, int seq, int q0, int q1) {
+  if (seq <= 0) return -1;
+  const int pos = seq - (q1 - q0) + (token - q0);
+  return pos >= 0 && pos < seq ? pos : -1;
+}
+
+// Warp 0 resolves the row's request and position (into w) and writes its
+// usable top-k entries, compacted in their original order, to s_pages /
+// s_blocks; returns their count (every lane returns it). An entry is usable
+// when it is a valid id (>= 0), eligible (<= p / 128, inside the block table),
+// not a repeat of an earlier entry, and its page is inside the cache.
+// Ineligible ids and bad pages are recorded in the DeviceCheck by split 0 (the
+// other splits scan the same row).
+//
+// Two dependent round trips before the K/V loads: the token's request and the
+// raw ids (independent of each other), then the request's lengths and the
+// pages of the ids (loaded speculatively, the table row being known).
 //   s_ids: [64] scratch, s_pages / s_blocks: [64] out
-__device__ __forceinline__ int scan_topk(const AttendParams& p, const RowWork& w, int lane,
-                                         std::int32_t* s_ids, std::int32_t* s_pages,
-                                         std::int32_t* s_blocks) {
-  if (w.position < 0 || w.request >= p.table_rows) return 0;
+__device__ __forceinline__ int scan_row(const AttendParams& p, RowWork& w, int lane,
+                                        std::int32_t* s_ids, std::int32_t* s_pages,
+                                        std::int32_t* s_blocks) {
+  static_assert(kMaxEntries == 64, "two entries per lane");
   const std::int32_t* row =
       p.topk + std::int64_t(w.token) * p.topk_token_stride + std::int64_t(w.head) * p.topk_head_stride;
+  const int r = p.token_request[w.token];
+  int ids[2];
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int k = lane + 32 * c;
+    ids[c] = k < p.topk_count ? row[k] : -1;
+  }
+  const bool request_ok = r >= 0 && r < p.num_requests;
+  const bool table_ok = request_ok && r < p.table_rows;
+  int seq = 0, q0 = 0, q1 = 0;
+  if (request_ok) {
+    seq = p.seq_lens[r];
+    q0 = p.query_start[r];
+    q1 = p.query_start[r + 1];
+  }
+  int pages[2];
+#pragma unroll
+  for (int c = 0; c < 2; ++c)
+    pages[c] = table_ok && ids[c] >= 0 && ids[c] < p.table_cols
+                   ? p.table[std::int64_t(r) * p.table_stride + ids[c]]
+                   : -1;
+  w.request = request_ok ? r : -1;
+  w.position = request_ok ? token_position(w.token, seq, q0, q1) : -1;
+  if (w.position < 0 || !table_ok) return 0;
+
   const int last = w.position / kBlockKeys;
   const bool record = w.split == 0;
-  for (int k = lane; k < p.topk_count; k += 32) s_ids[k] = row[k];
+#pragma unroll
+  for (int c = 0; c < 2; ++c)
+    if (lane + 32 * c < p.topk_count) s_ids[lane + 32 * c] = ids[c];
   __syncwarp();
   int count = 0;
-  for (int base = 0; base < p.topk_count; base += 32) {
-    const int k = base + lane;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int k = lane + 32 * c;
+    const int id = ids[c];
     bool good = false;
-    int page = -1;
-    int id = -1;
-    if (k < p.topk_count) {
-      id = s_ids[k];
-      if (id >= 0) {
-        if (id > last || id >= p.table_cols) {
-          if (record)
-            detail::record_bad(p.check, detail::kBadTopkId, w.token, w.head, k, id, w.request, last + 1);
-        } else {
-          bool repeat = false;
-          for (int j = 0; j < k; ++j) repeat |= s_ids[j] == id;
-          if (!repeat) {
-            page = p.table[std::int64_t(w.request) * p.table_stride + id];
-            good = page >= 0 && page < p.num_pages;
-            if (!good && record)
-              detail::record_bad(p.check, detail::kBadBlockTable, w.request, id, 0, page, p.num_pages);
-          }
+    if (k < p.topk_count && id >= 0) {
+      if (id > last || id >= p.table_cols) {
+        if (record)
+          detail::record_bad(p.check, detail::kBadTopkId, w.token, w.head, k, id, w.request, last + 1);
+      } else {
+        bool repeat = false;
+        for (int j = 0; j < k; ++j) repeat |= s_ids[j] == id;
+        if (!repeat) {
+          good = pages[c] >= 0 && pages[c] < p.num_pages;
+          if (!good && record)
+            detail::record_bad(p.check, detail::kBadBlockTable, w.request, id, 0, pages[c], p.num_pages);
         }
       }
     }
     const unsigned mask = __ballot_sync(0xffffffffu, good);
     if (good) {
       const int at = count + __popc(mask & ((1u << lane) - 1u));
-      s_pages[at] = page;
+      s_pages[at] = pages[c];
       s_blocks[at] = id;
     }
     count += __popc(mask);

@@ -1,8 +1,9 @@
 // Epilogue of the attention kernel: merges the four warps' online-softmax
 // states through shared memory, then writes either the final output and lse
-// (one split) or this split's normalized fp32 partial output and lse; the last
-// split of a row to finish then merges all of them (kernel_combine.cuh). A row
-// with no visible key writes 0 and lse -inf.
+// (one split) or this split's normalized fp32 partial output and lse: in the
+// workspace, where the last split of a row to finish merges all of them, or
+// (cluster_splits) in shared memory, merged across the cluster
+// (kernel_combine.cuh). A row with no visible key writes 0 and lse -inf.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,6 +31,10 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   auto* warp_sum = reinterpret_cast<float*>(smem + L::kWarpSum);  // [4][16]
   auto* row_sum = reinterpret_cast<float*>(smem + L::kRowSum);    // [16]
   auto* merged = reinterpret_cast<float*>(smem + L::kStage);      // [4][16][kMergeStride]
+  // Cluster merge: this split's output and lse for the other CTAs of the cluster.
+  auto* part = reinterpret_cast<float*>(smem + L::kStage + L::kMergeBytes);  // [16][128]
+  float* part_lse = part + kRows * kDim;                                      // [16]
+  const bool cluster = w.splits > 1 && p.cluster_splits > 1;
 
   const int r0 = lane >> 2;
 #pragma unroll
@@ -61,6 +66,8 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
       const std::int64_t qh = std::int64_t(w.head) * p.group + tid;
       if (w.splits == 1) {
         if (p.lse != nullptr) p.lse[std::int64_t(w.token) * p.num_q_heads + qh] = lse;
+      } else if (cluster) {
+        part_lse[tid] = lse;
       } else {
         p.partial_lse[(std::int64_t(w.token) * p.num_q_heads + qh) * p.max_splits + w.split] = lse;
       }
@@ -113,6 +120,9 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
       }
       auto* out = static_cast<std::uint16_t*>(p.out) + (std::int64_t(w.token) * p.num_q_heads + qh) * kDim;
       *reinterpret_cast<uint4*>(out + 8 * c) = o;
+    } else if (cluster) {
+      *reinterpret_cast<float4*>(part + row * kDim + 8 * c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+      *reinterpret_cast<float4*>(part + row * kDim + 8 * c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
     } else {
       float* out = p.partial_out +
                    ((std::int64_t(w.token) * p.num_q_heads + qh) * p.max_splits + w.split) * kDim;
@@ -121,6 +131,10 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
     }
   }
   if (w.splits == 1) return;
+  if (cluster) {
+    cluster_combine_row(p, w, part, part_lse, tid);
+    return;
+  }
 
   // Split-K: count this split in; the last one of the row merges the partials.
   auto* s_last = reinterpret_cast<int*>(smem + L::kCount) + 1;

@@ -1,7 +1,8 @@
-// Mainloop of the attention kernel: one staged 128-key block against the
-// CTA's 16 query rows. Warp w owns keys [32w, 32w + 32) of every block and
-// keeps its own online-softmax state (running max, sum, 16 x 128 fp32 output);
-// the epilogue merges the four warps.
+// Mainloop of the attention kernels: keys of one staged 128-key block against
+// a warp's 16 query rows. In the row kernel warp w owns keys [32w, 32w + 32)
+// of every block and keeps its own online-softmax state (running max, sum,
+// 16 x 128 fp32 output); the epilogue merges the four warps. In the token-tile
+// kernel a warp owns 16 rows and takes all 128 keys, in one pass or two.
 //
 // QK^T and PV are mma.sync m16n8k16 with fp32 accumulators; K fragments come
 // from ldmatrix, V fragments from ldmatrix.trans, and the probabilities are
@@ -39,26 +40,29 @@ __device__ __forceinline__ void load_query_fragments(std::uint32_t (&qf)[8][4], 
   for (int ks = 0; ks < 8; ++ks) ldmatrix_x4(qf[ks], q_tile + tile_offset(row, 2 * ks + (lane >> 4)));
 }
 
-// One block: scores, masking (keys >= valid_keys), online softmax, PV.
+// Keys [key_base, key_base + 8 * kKeyTiles) of one staged block against the
+// warp's 16 query rows: scores, masking, online softmax, PV. Row r0 = lane / 4
+// sees the keys < limit[0] of the block, row r0 + 8 those < limit[1] (0: none).
 //   k_tile, v_tile: shared addresses of [128 keys][128] MMA-type tiles
 //   k_scales, v_scales: [128] per-token scales in shared memory, or null
-template <bool kF16>
-__device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t (&qf)[8][4],
-                                             std::uint32_t k_tile, std::uint32_t v_tile, int warp,
-                                             int lane, float scale_log2, int valid_keys,
-                                             const float* k_scales, const float* v_scales) {
-  float s[4][4];
+template <bool kF16, int kKeyTiles>
+__device__ __forceinline__ void attend_keys(WarpState& st, const std::uint32_t (&qf)[8][4],
+                                            std::uint32_t k_tile, std::uint32_t v_tile, int key_base,
+                                            int lane, float scale_log2, const int (&limit)[2],
+                                            const float* k_scales, const float* v_scales) {
+  static_assert(kKeyTiles % 2 == 0, "keys come in pairs of 8-key tiles");
+  float s[kKeyTiles][4];
 #pragma unroll
-  for (int j = 0; j < 4; ++j)
+  for (int j = 0; j < kKeyTiles; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
 
-  // S = Q K^T over this warp's 32 keys.
+  // S = Q K^T over these keys.
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
 #pragma unroll
-    for (int jp = 0; jp < 2; ++jp) {
-      const int key = warp * 32 + (2 * jp + (lane >> 4)) * 8 + (lane & 7);
+    for (int jp = 0; jp < kKeyTiles / 2; ++jp) {
+      const int key = key_base + (2 * jp + (lane >> 4)) * 8 + (lane & 7);
       std::uint32_t b[4];
       ldmatrix_x4(b, k_tile + tile_offset(key, 2 * ks + ((lane >> 3) & 1)));
       mma16816<kF16>(s[2 * jp], qf[ks], b[0], b[1]);
@@ -66,16 +70,16 @@ __device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t 
     }
   }
 
-  // Scale to log2 units, per-token K scales, causal / length mask.
-  const int col0 = warp * 32 + 2 * (lane & 3);
+  // Scale to log2 units, per-token K scales, causal / selection mask.
+  const int col0 = key_base + 2 * (lane & 3);
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
+  for (int j = 0; j < kKeyTiles; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = col0 + 8 * j + (e & 1);
       float x = s[j][e] * scale_log2;
       if (k_scales != nullptr) x *= k_scales[key];
-      s[j][e] = key < valid_keys ? x : -INFINITY;
+      s[j][e] = key < limit[e >> 1] ? x : -INFINITY;
     }
   }
 
@@ -84,18 +88,18 @@ __device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t 
   for (int i = 0; i < 2; ++i) {
     float mx = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
+    for (int j = 0; j < kKeyTiles; ++j) mx = fmaxf(mx, fmaxf(s[j][2 * i], s[j][2 * i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(st.m[i], mx);
     const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-    const float alpha = exp2f(st.m[i] - m_use);
+    const float alpha = fast_exp2(st.m[i] - m_use);
     st.m[i] = m_new;
     float sum = 0.0f;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      s[j][2 * i] = exp2f(s[j][2 * i] - m_use);
-      s[j][2 * i + 1] = exp2f(s[j][2 * i + 1] - m_use);
+    for (int j = 0; j < kKeyTiles; ++j) {
+      s[j][2 * i] = fast_exp2(s[j][2 * i] - m_use);
+      s[j][2 * i + 1] = fast_exp2(s[j][2 * i + 1] - m_use);
       sum += s[j][2 * i] + s[j][2 * i + 1];
     }
     st.l[i] = st.l[i] * alpha + sum;
@@ -109,20 +113,20 @@ __device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t 
   // Per-token V scales go on the probabilities (the sum above stays unscaled).
   if (v_scales != nullptr) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < kKeyTiles; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] *= v_scales[col0 + 8 * j + (e & 1)];
   }
 
-  // O += P V: two k-steps of 16 keys, 16 n-tiles of 8 dims.
+  // O += P V: k-steps of 16 keys, 16 n-tiles of 8 dims.
 #pragma unroll
-  for (int kk = 0; kk < 2; ++kk) {
+  for (int kk = 0; kk < kKeyTiles / 2; ++kk) {
     std::uint32_t a[4];
     a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
     a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
     a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    const int key = warp * 32 + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const int key = key_base + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int dp = 0; dp < 8; ++dp) {
       std::uint32_t b[4];
@@ -131,6 +135,17 @@ __device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t 
       mma16816<kF16>(st.o[2 * dp + 1], a, b[2], b[3]);
     }
   }
+}
+
+// The row kernel's share of one block: warp w takes keys [32w, 32w + 32), all
+// 16 rows see the keys < valid_keys.
+template <bool kF16>
+__device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t (&qf)[8][4],
+                                             std::uint32_t k_tile, std::uint32_t v_tile, int warp,
+                                             int lane, float scale_log2, int valid_keys,
+                                             const float* k_scales, const float* v_scales) {
+  const int limit[2] = {valid_keys, valid_keys};
+  attend_keys<kF16, 4>(st, qf, k_tile, v_tile, warp * 32, lane, scale_log2, limit, k_scales, v_scales);
 }
 
 }  // namespace msa::cuda::attention

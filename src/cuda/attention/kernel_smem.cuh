@@ -1,13 +1,15 @@
-// Shared-memory layout of the attention kernel, per KV kind. Byte offsets from
+// Shared-memory layout of the attention kernels, per KV kind. Byte offsets from
 // the start of the dynamic shared memory:
 //
-//   [q]      16 x 128 query tile of the MMA type, rows of 256 B, swizzled
+//   [q]      query tile of the MMA type (16 rows for the row kernel, 128 for
+//            the token-tile kernel), rows of 256 B, swizzled
 //   [meta]   the row's top-k ids, selected pages and block ids, counters, and
 //            the per-warp softmax statistics used by the warp merge
-//   [stage]  K/V staging. half: two stages of [K tile | V tile] (the tiles
-//            themselves). fp8 / nvfp4: two raw stages (codes as stored), one
+//   [extra]  the token-tile kernel's tile metadata (kernel_tile_entries.cuh)
+//   [stage]  K/V staging. half: kStages stages of [K tile | V tile] (the tiles
+//            themselves). fp8 / nvfp4: kStages raw stages (codes as stored), one
 //            widened [K tile | V tile], per-token scales / the nvfp4 table.
-//   The epilogue reuses [stage] for the per-warp fp32 outputs.
+//   The row kernel's epilogue reuses [stage] for the per-warp fp32 outputs.
 //
 // A tile is 128 keys x 128 dims of the MMA type: row = key, 256 B, the 16-byte
 // chunk c of row r stored at chunk c ^ (r & 7) so that ldmatrix and the staging
@@ -31,11 +33,13 @@ __device__ __forceinline__ std::uint32_t tile_offset(int r, int c) {
   return std::uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4));
 }
 
-template <KvKind kKind>
+// kStages: K/V blocks in flight; kQRows: query rows; kExtraBytes: [extra].
+template <KvKind kKind, int kStagesT = 3, int kQRows = kRows, int kExtraBytes = 0>
 struct SmemLayout {
   static constexpr bool kConverted = kKind != KvKind::half;
+  static constexpr int kStages = kStagesT;
   static constexpr int kQ = 0;
-  static constexpr int kIds = kQ + kRows * kRowBytes;        // int32 [64] raw top-k row
+  static constexpr int kIds = kQ + kQRows * kRowBytes;       // int32 [64] raw top-k row
   static constexpr int kPages = kIds + kMaxEntries * 4;      // int32 [64] selected pages
   static constexpr int kBlocks = kPages + kMaxEntries * 4;   // int32 [64] their block ids
   static constexpr int kCount = kBlocks + kMaxEntries * 4;   // int32 [4]: selected count
@@ -44,22 +48,26 @@ struct SmemLayout {
   static constexpr int kRowMax = kWarpSum + 4 * kRows * 4;   // float [16]
   static constexpr int kRowSum = kRowMax + kRows * 4;        // float [16]
   static constexpr int kCurScales = kRowSum + kRows * 4;     // float [2][128]: K, V scales in use
-  static constexpr int kStage = (kCurScales + 2 * kBlockKeys * 4 + 127) / 128 * 128;
+  static constexpr int kExtra = kCurScales + 2 * kBlockKeys * 4;  // kExtraBytes, 16-byte aligned
+  static constexpr int kStage = (kExtra + kExtraBytes + 127) / 128 * 128;
 
   // One raw stage (the tiles themselves for half).
   static constexpr int kRawBytes = kKind == KvKind::half    ? 2 * kTileBytes
                                    : kKind == KvKind::nvfp4 ? 2 * kNvfp4SlotBytes
                                                             : 2 * kFp8RawBytes;
-  static constexpr int kRaw = kStage;                              // [2][kRawBytes]
-  static constexpr int kTile = kConverted ? kRaw + 2 * kRawBytes : kRaw;  // [K | V] widened
-  static constexpr int kAfterTile = kConverted ? kTile + 2 * kTileBytes : kRaw + 2 * kRawBytes;
-  static constexpr int kRawScales = kAfterTile;                    // fp8: float [2][2][128]
+  static constexpr int kRaw = kStage;                              // [kStages][kRawBytes]
+  static constexpr int kTile = kConverted ? kRaw + kStages * kRawBytes : kRaw;  // [K | V] widened
+  static constexpr int kAfterTile = kConverted ? kTile + 2 * kTileBytes : kRaw + kStages * kRawBytes;
+  static constexpr int kRawScales = kAfterTile;                    // fp8: float [kStages][2][128]
   static constexpr int kLut = kAfterTile;                          // nvfp4: uint32 [256]
   static constexpr int kBytes = kKind == KvKind::nvfp4 ? kLut + 256 * 4
-                                : kConverted           ? kRawScales + 2 * 2 * kBlockKeys * 4
+                                : kConverted           ? kRawScales + kStages * 2 * kBlockKeys * 4
                                                        : kAfterTile;
   static constexpr int kMergeBytes = 4 * kRows * kMergeStride * 4;
-  static_assert(kMergeBytes <= kAfterTile - kStage, "merge buffer must fit in the stage area");
+  // The merge buffer, then the cluster merge's [16][128] partial and [16] lse.
+  static_assert(kMergeBytes + (kRows * kDim + kRows) * 4 <= kAfterTile - kStage,
+                "merge buffers must fit in the stage area");
+  static_assert(kExtra % 16 == 0 && kStages >= 2, "layout");
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
 };
 

@@ -21,9 +21,10 @@
 
 namespace msa::cuda::attention {
 
-template <KvKind kKind, bool kF16>
+// L: the kernel's SmemLayout; kNumThreads: the CTA's threads (a multiple of 128).
+template <KvKind kKind, bool kF16, class L = SmemLayout<kKind>, int kNumThreads = kThreads>
 struct Stager {
-  using L = SmemLayout<kKind>;
+  static_assert(kNumThreads % kBlockKeys == 0, "a thread per key for the scales");
   unsigned char* smem;
   const AttendParams& p;
   int head;
@@ -36,10 +37,15 @@ struct Stager {
   __device__ std::uint32_t v_tile(int stage) const { return k_tile(stage) + kTileBytes; }
   // Per-token scales in use (fp8 per_token_head), else null.
   //   [128] floats each
+  // Only fp8 caches have them: for the other kinds the null is a compile-time
+  // constant, so the mainloop carries no scale loads.
+  static constexpr bool kTokenScales = kKind == KvKind::e4m3 || kKind == KvKind::e5m2;
   __device__ const float* k_token_scales() const {
+    if constexpr (!kTokenScales) return nullptr;
     return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) : nullptr;
   }
   __device__ const float* v_token_scales() const {
+    if constexpr (!kTokenScales) return nullptr;
     return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) + kBlockKeys
                                  : nullptr;
   }
@@ -48,7 +54,7 @@ struct Stager {
   __device__ void build_lut() const {
     if constexpr (kKind == KvKind::nvfp4) {
       auto* lut = reinterpret_cast<std::uint32_t*>(smem + L::kLut);
-      for (int b = tid; b < 256; b += kThreads)
+      for (int b = tid; b < 256; b += kNumThreads)
         lut[b] = pack2<kF16>(num::e2m1_to_float(std::uint8_t(b & 15)),
                              num::e2m1_to_float(std::uint8_t(b >> 4)));
     }
@@ -64,8 +70,8 @@ struct Stager {
       const unsigned char* v = p.v_base + base * 2;
       const std::int64_t tstride = p.token_stride * 2;
 #pragma unroll 4
-      for (int i = 0; i < kBlockKeys * 16 / kThreads; ++i) {
-        const int id = tid + i * kThreads;
+      for (int i = 0; i < kBlockKeys * 16 / kNumThreads; ++i) {
+        const int id = tid + i * kNumThreads;
         const int token = id >> 4, c = id & 15;
         const int bytes = token < valid_keys ? 16 : 0;
         const std::int64_t off = bytes ? token * tstride + c * 16 : 0;
@@ -75,9 +81,11 @@ struct Stager {
     } else if constexpr (kKind == KvKind::nvfp4) {
       // K slot then V slot: one contiguous run of 2 x 9216 bytes.
       const unsigned char* src = p.k_base + page * p.page_stride + std::int64_t(2 * head) * kNvfp4SlotBytes;
+      constexpr int kChunks = 2 * kNvfp4SlotBytes / 16;
 #pragma unroll 3
-      for (int i = 0; i < 2 * kNvfp4SlotBytes / 16 / kThreads; ++i) {
-        const int id = tid + i * kThreads;
+      for (int i = 0; i < (kChunks + kNumThreads - 1) / kNumThreads; ++i) {
+        const int id = tid + i * kNumThreads;
+        if (kChunks % kNumThreads != 0 && id >= kChunks) break;
         // Chunks [0, 512) are data (4 per token), [512, 576) scales (2 tokens
         // each); the same for V from 576.
         const int in_slot = id < 576 ? id : id - 576;
@@ -90,17 +98,17 @@ struct Stager {
       const unsigned char* k = p.k_base + base;
       const unsigned char* v = p.v_base + base;
 #pragma unroll 4
-      for (int i = 0; i < kBlockKeys * 8 / kThreads; ++i) {
-        const int id = tid + i * kThreads;
+      for (int i = 0; i < kBlockKeys * 8 / kNumThreads; ++i) {
+        const int id = tid + i * kNumThreads;
         const int token = id >> 3, c = id & 7;
         const int bytes = token < valid_keys ? 16 : 0;
         const std::int64_t off = bytes ? token * p.token_stride + c * 16 : 0;
         cp_async16_zfill(dst + token * kDim + c * 16, k + off, bytes);
         cp_async16_zfill(dst + kFp8RawBytes + token * kDim + c * 16, v + off, bytes);
       }
-      if (p.k_scales != nullptr) {
+      if (p.k_scales != nullptr && tid < kBlockKeys) {
         const std::uint32_t sdst = smem_u32(smem + L::kRawScales + stage * 2 * kBlockKeys * 4);
-        const int token = tid;  // kThreads == kBlockKeys
+        const int token = tid;
         const int bytes = token < valid_keys ? 4 : 0;
         const std::int64_t at = bytes ? (page * kBlockKeys + token) * p.num_kv_heads + head : 0;
         cp_async4_zfill(sdst + token * 4, p.k_scales + at, bytes);
@@ -116,8 +124,8 @@ struct Stager {
       const unsigned char* raw = smem + L::kRaw + stage * L::kRawBytes;
       unsigned char* tile = smem + L::kTile;
 #pragma unroll 8
-      for (int i = 0; i < 2 * kBlockKeys * 16 / kThreads; ++i) {
-        const int id = tid + i * kThreads;
+      for (int i = 0; i < 2 * kBlockKeys * 16 / kNumThreads; ++i) {
+        const int id = tid + i * kNumThreads;
         const int tensor = id >> 11, token = (id >> 4) & 127, c = id & 15;
         uint4 o = make_uint4(0, 0, 0, 0);
         if (token < valid_keys) {
@@ -130,7 +138,7 @@ struct Stager {
         }
         *reinterpret_cast<uint4*>(tile + tensor * kTileBytes + tile_offset(token, c)) = o;
       }
-      if (p.k_scales != nullptr) {
+      if (p.k_scales != nullptr && tid < kBlockKeys) {
         const float* raw_scales = reinterpret_cast<const float*>(smem + L::kRawScales) + stage * 2 * kBlockKeys;
         float* cur = reinterpret_cast<float*>(smem + L::kCurScales);
         const bool ok = tid < valid_keys;
@@ -142,8 +150,8 @@ struct Stager {
       unsigned char* tile = smem + L::kTile;
       const auto* lut = reinterpret_cast<const std::uint32_t*>(smem + L::kLut);
 #pragma unroll 2
-      for (int i = 0; i < 2 * kBlockKeys * 4 / kThreads; ++i) {
-        const int id = tid + i * kThreads;
+      for (int i = 0; i < 2 * kBlockKeys * 4 / kNumThreads; ++i) {
+        const int id = tid + i * kNumThreads;
         const int tensor = id >> 9, token = (id >> 2) & 127, quarter = id & 3;
         const unsigned char* slot = raw + tensor * kNvfp4SlotBytes;
         unsigned char* row = tile + tensor * kTileBytes;

@@ -79,6 +79,14 @@ struct AttendParams {
   // ---- work split ----
   int decode_splits = 1;
   int prefill_splits = 1;
+  int tile_tokens = 0;       // token-tile launch: tokens per tile (heuristics.hpp), else 0
+  int tile_pass_keys = 128;  // token-tile launch: keys per pass over a block, 64 or 128
+  // Row-kernel launch: CTA blockIdx.x is row-kernel CTA cta_offset + blockIdx.x
+  // (decode and prefill rows launch apart). cluster_splits > 1: the launch's
+  // CTAs form clusters of that many, one row's splits, merged through
+  // distributed shared memory instead of the workspace (0: the workspace).
+  std::int64_t cta_offset = 0;
+  int cluster_splits = 0;
 
   std::int64_t* check = nullptr;  // [8] DeviceCheck buffer, or null
 };

@@ -1,9 +1,9 @@
-// Plan step of the CUDA sparse attention: validates the shape, chooses the
-// split-K factors (heuristics.hpp), lays out the caller's workspace and
-// enqueues the zeroing of its split counters on the stream. The
-// plan depends only on the shape and the token counts, never on sequence
-// lengths, top-k lists or block tables, so a captured decode graph stays valid
-// while those change.
+// Plan step of the CUDA sparse attention: validates the shape, readies the
+// kernels, chooses the split-K factors (heuristics.hpp, knowing the device's
+// cluster capacities), lays out the caller's workspace and enqueues the zeroing
+// of its split counters on the stream. The plan depends only on the shape, the
+// token counts and the device, never on sequence lengths, top-k lists or block
+// tables, so a captured decode graph stays valid while those change.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -59,9 +59,12 @@ void check_meta(const BatchMetadata& meta) {
             " is not in [0, num_tokens = ", meta.num_tokens, "]");
 }
 
+// Readies the shape's kernels, then splits rows knowing which factors can
+// merge in thread-block clusters on this device.
 Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
+  prepare_kernels(shape);
   return choose_step_splits(meta.num_tokens, meta.num_decode_tokens, shape.num_kv_heads,
-                            shape.topk, device_sm_count());
+                            shape.topk, device_sm_count(), cluster_capacity(shape));
 }
 
 }  // namespace
@@ -91,8 +94,6 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
             layout.bytes, " bytes are needed");
   MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % 16 == 0,
             "attention plan: workspace must be 16-byte aligned");
-
-  attention::prepare_kernels(shape);
 
   AttentionPlan plan;
   plan.shape = shape;

@@ -1,6 +1,7 @@
 // Host helpers shared by the plan (plan.cpp) and the run step (attend.cu).
 #pragma once
 
+#include "cuda/attention/heuristics.hpp"
 #include "msa/cuda.hpp"
 
 namespace msa::cuda::attention {
@@ -9,8 +10,11 @@ namespace msa::cuda::attention {
 void check_shape(const AttentionShape& shape);
 // Streaming multiprocessors of the current device.
 int device_sm_count();
-// Readies the kernel instance the shape runs (shared-memory limit) on the
-// current device, so that attend() itself makes no such call (graph capture).
+// Readies the kernel instances the shape runs (shared-memory limits, cluster
+// capacities) on the current device, so that attend() itself makes no such
+// call (graph capture).
 void prepare_kernels(const AttentionShape& shape);
+// Cluster capacities of the shape's row kernel on the current device.
+ClusterCapacity cluster_capacity(const AttentionShape& shape);
 
 }  // namespace msa::cuda::attention

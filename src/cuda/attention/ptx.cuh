@@ -71,6 +71,16 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const std::uint32_t (&a)
   }
 }
 
+// ---- special functions ------------------------------------------------------------
+// 2^x with the hardware approximation (rel. error ~2^-22; results below 2^-126
+// flush to 0, exp2(-inf) = 0): the softmax exponent, far below the bf16 / fp16
+// rounding of the probabilities.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // ---- conversions to the MMA type ---------------------------------------------------
 // Two floats -> packed 16-bit pair (lo in the low half), round to nearest even.
 template <bool kFp16>

@@ -1,0 +1,228 @@
+// GPU tests of the token-tile attention kernel (prefill rows as tiles of
+// consecutive tokens): the case table, both kernel variants (keys per pass),
+// and bad indices inside tiles. Test-only; included by test_cuda_attention.cu.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "attention_test_support.hpp"
+
+namespace {
+
+// Prefill rows through the token-tile kernel (forced: no prefill split), over
+// every KV dtype, GQA groups whose tiles do not fill whole warps (G x T of 120,
+// 125, 96, 64, 32 rows), top-k 1 / 16 / 64, clustered and random selections,
+// repeated and shuffled entries, causal edges at block boundaries, odd query
+// lengths, and decode rows in the same step (the row kernel, a second launch).
+std::vector<Case> tile_cases() {
+  std::vector<Case> v;
+  auto add = [&](Case c, bool random_rows = false) {
+    c.seed = 5000 + v.size();
+    c.force_tiles = true;
+    c.clustered = !random_rows;
+    v.push_back(std::move(c));
+  };
+  // Causal edges: chunks that start / end at block boundaries, one-token chunks.
+  const std::vector<RequestShape> edges = {{128, 0}, {129, 127}, {127, 1}, {2, 2046}, {300, 1700}, {7, 0}};
+  const auto mixed = decodes({5, 300, 2048}) + edges;
+  const auto small = decodes({40}) + std::vector<RequestShape>{{37, 200}, {9, 0}};
+  {
+    Case c = named("tiles_bf16_g16");
+    c.requests = mixed;
+    add(c);
+  }
+  {
+    Case c = named("tiles_bf16_g16_random");
+    c.requests = mixed;
+    add(c, true);
+  }
+  {
+    Case c = named("tiles_bf16_g16_small");
+    c.requests = small;
+    c.small = true;
+    add(c);
+  }
+  {
+    Case c = named("tiles_fp16_g8_shuffled");
+    c.kv = DType::fp16, c.q = DType::fp16, c.scales = ScaleMode::none;
+    c.q_heads = 16, c.kv_heads = 2, c.shuffle_topk = true;
+    c.requests = mixed;
+    add(c);
+  }
+  for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2}) {
+    for (ScaleMode sm : {ScaleMode::per_tensor, ScaleMode::per_token_head}) {
+      Case c = named(std::string("tiles_") + msa::dtype_name(kv) +
+                     (sm == ScaleMode::per_tensor ? "_tensor_bf16" : "_token_fp16"));
+      c.kv = kv, c.scales = sm;
+      c.q = sm == ScaleMode::per_tensor ? DType::bf16 : DType::fp16;
+      c.q_heads = sm == ScaleMode::per_tensor ? 16 : 8, c.kv_heads = sm == ScaleMode::per_tensor ? 1 : 2;
+      c.requests = small + std::vector<RequestShape>{{130, 1000}};
+      c.small = kv == DType::fp8_e4m3 && sm == ScaleMode::per_token_head;
+      add(c);
+    }
+  }
+  for (DType q : {DType::bf16, DType::fp16}) {
+    Case c = named(std::string("tiles_nvfp4_") + msa::dtype_name(q));
+    c.kv = DType::nvfp4, c.q = q, c.scales = ScaleMode::none;
+    c.q_heads = q == DType::bf16 ? 16 : 24, c.kv_heads = q == DType::bf16 ? 1 : 2;  // G 16, 12
+    c.requests = small + std::vector<RequestShape>{{130, 1000}};
+    c.small = q == DType::fp16;
+    add(c);
+  }
+  {
+    Case c = named("tiles_fp8_query");
+    c.q = DType::fp8_e4m3, c.kv = DType::fp8_e4m3;
+    c.requests = small + std::vector<RequestShape>{{70, 500}};
+    add(c);
+  }
+  {
+    Case c = named("tiles_g5_nhd");  // T 25: 125 rows, warp 7 half used
+    c.q_heads = 10, c.kv_heads = 2, c.layout = Layout::nhd;
+    c.requests = mixed;
+    add(c);
+  }
+  {
+    Case c = named("tiles_g12_page_stride");  // T 10: 120 rows
+    c.q_heads = 12, c.kv_heads = 1, c.extra_page_stride = 64;
+    c.requests = mixed;
+    add(c);
+  }
+  {
+    Case c = named("tiles_g3");  // T 32: 96 rows
+    c.q_heads = 6, c.kv_heads = 2;
+    c.requests = mixed;
+    add(c);
+  }
+  {
+    Case c = named("tiles_g1_split_layout");  // T 32: 32 rows, two warps
+    c.q_heads = 4, c.kv_heads = 4, c.layout = Layout::split;
+    c.kv = DType::fp16, c.q = DType::fp16, c.scales = ScaleMode::none;
+    c.requests = small + std::vector<RequestShape>{{100, 3000}};
+    add(c);
+  }
+  {
+    Case c = named("tiles_g1_topk1");  // T 64: bit 63 of the token masks
+    c.q_heads = 2, c.kv_heads = 2, c.topk = 1;
+    c.requests = decodes({700}) + std::vector<RequestShape>{{200, 60}, {65, 900}};
+    add(c);
+  }
+  {
+    Case c = named("tiles_g16_topk1");
+    c.topk = 1;
+    c.requests = mixed;
+    add(c);
+  }
+  {
+    Case c = named("tiles_g16_topk64");  // 512 (token, entry) pairs per tile
+    c.topk = 64, c.q_heads = 16, c.kv_heads = 1;
+    c.requests = decodes({9000}) + std::vector<RequestShape>{{75, 8500}, {40, 0}};
+    add(c);
+  }
+  {
+    Case c = named("tiles_g4_topk64_random");  // T 8: 32 rows, 512 pairs
+    c.topk = 64, c.q_heads = 8, c.kv_heads = 2;
+    c.requests = std::vector<RequestShape>{{33, 6000}, {17, 100}};
+    add(c, true);
+  }
+  {
+    Case c = named("tiles_verify_and_prefill");
+    c.decode_threshold = 3, c.q_heads = 16, c.kv_heads = 2;
+    c.requests = decodes({3, 1000}, 3) + std::vector<RequestShape>{{4, 129}, {250, 250}};
+    add(c);
+  }
+  return v;
+}
+
+class CudaAttentionTiles : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaAttentionTiles, MatchesOracleAndCpu) {
+  MSA_SKIP_WITHOUT_GPU();
+  if (msa::test::sanitizer_mode() && !GetParam().small) GTEST_SKIP() << "large case";
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTiles, ::testing::ValuesIn(tile_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// The same cases with the other number of keys per pass over a block (the
+// heuristic's default is checked above): both kernel variants stay correct.
+class CudaAttentionTilesOtherPass : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    namespace att = msa::cuda::attention;
+    att::tile_pass_keys_override = att::kTilePassKeys == 128 ? 64 : 128;
+  }
+  void TearDown() override { msa::cuda::attention::tile_pass_keys_override = 0; }
+};
+
+TEST_P(CudaAttentionTilesOtherPass, MatchesOracleAndCpu) {
+  MSA_SKIP_WITHOUT_GPU();
+  if (msa::test::sanitizer_mode() && !GetParam().small) GTEST_SKIP() << "large case";
+  std::printf("[attention] tile pass of %d keys\n", msa::cuda::attention::tile_pass_keys());
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTilesOtherPass, ::testing::ValuesIn(tile_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
+// The same through the token-tile kernel: bad ids of prefill rows and a bad
+// block-table entry are skipped (for every token of the tile that selected
+// the block) and recorded; the other rows and entries are attended.
+TEST(CudaAttentionRows, TilesSkipAndRecordBadIndices) {
+  MSA_SKIP_WITHOUT_GPU();
+  Case c = named("tiles_bad_indices");
+  c.seed = 515;
+  c.requests = decodes({300}) + std::vector<RequestShape>{{40, 900}, {19, 0}};
+  MSA_TRACE_SEED(c.seed);
+  Workload w = make_workload(c);
+  const BatchMetadata& meta = w.meta();
+  const auto good = clustered_topk(meta, c.kv_heads, c.topk, c.seed, false);
+  const std::int32_t t0 = meta.query_start[1];  // request 1's first token
+
+  {  // ineligible, huge and repeated ids in prefill rows
+    auto topk = good;
+    const int last = meta.token_position[t0 + 3] / 128;
+    topk[std::size_t(t0 + 3) * c.topk + 1] = last + 1;
+    topk[std::size_t(t0 + 9) * c.topk + 0] = 1 << 30;
+    topk[std::size_t(t0 + 10) * c.topk + 2] = topk[std::size_t(t0 + 10) * c.topk];
+    DeviceInputs d(w, meta, topk);
+    Planned p = make_tiles_plan(meta, d.shape);
+    msa::test::CheckBuffer check;
+    msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
+    msa::test::device_sync();
+    const std::string msg = check.message();
+    std::printf("[attention] tiles: bad top-k recorded: %s\n", msg.c_str());
+    EXPECT_NE(msg.find("topk[t="), std::string::npos) << msg;
+    w.topk = topk;
+    expect_close(d.result(), oracle(w, meta, topk), "tiles: bad top-k ids skipped");
+  }
+  {  // a block-table entry beyond the cache, selected by several prefill tokens
+    DeviceInputs d(w, meta, good);
+    const std::int32_t bad_page = std::int32_t(w.num_pages + 3);
+    const std::int32_t block = good[std::size_t(t0 + 20) * c.topk];  // an early block of the chunk
+    MSA_CUDA_CHECK(cudaMemcpy(d.table.data() + 1 * w.table_stride + block, &bad_page, sizeof(bad_page),
+                              cudaMemcpyHostToDevice));
+    Planned p = make_tiles_plan(meta, d.shape);
+    msa::test::CheckBuffer check;
+    msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
+    msa::test::device_sync();
+    const std::string msg = check.message();
+    std::printf("[attention] tiles: bad block table recorded: %s\n", msg.c_str());
+    EXPECT_NE(msg.find("block_table[r=1, b=" + std::to_string(block) + "] = " + std::to_string(bad_page)),
+              std::string::npos)
+        << msg;
+    auto want_topk = good;  // the oracle skips that block for request 1's rows
+    std::replace(want_topk.begin() + std::size_t(meta.query_start[1]) * c.topk,
+                 want_topk.begin() + std::size_t(meta.query_start[2]) * c.topk, block, -1);
+    w.topk = want_topk;
+    expect_close(d.result(), oracle(w, meta, want_topk), "tiles: bad block-table entry skipped");
+  }
+}
+
+}  // namespace
