@@ -146,6 +146,21 @@ TEST(BenchTopk, DeterministicAndVerifyRowsShareBlocks) {
   EXPECT_GE(distinct.size(), 16u);
 }
 
+TEST(BenchTopk, ClusteredPrefillNeighboursShareBlocks) {
+  const std::vector<std::int32_t> qlens{512}, seq{32768 + 512};
+  const auto qs = starts(qlens);
+  const auto clustered = make_bench_topk(qs, seq, 1, 16, true, TopkPattern::clustered, 9);
+  const auto random = make_bench_topk(qs, seq, 1, 16, true, TopkPattern::random, 9);
+  expect_valid_rows(qs, seq, clustered, 1, 16);
+  // The union over 8 consecutive tokens: close to 16 when clustered, close to
+  // 8 x 15 + 1 when random.
+  auto union_of_8 = [](const std::vector<std::int32_t>& ids, int t0) {
+    return std::set<std::int32_t>(ids.begin() + t0 * 16, ids.begin() + (t0 + 8) * 16).size();
+  };
+  EXPECT_LT(union_of_8(clustered, 100), 24u);
+  EXPECT_GT(union_of_8(random, 100), 100u);
+}
+
 TEST(BenchTopk, PageMapGivesSelectedBlocksOwnPages) {
   const std::vector<std::int32_t> qlens{2, 1}, seq{1000, 300};
   const auto qs = starts(qlens);

@@ -34,12 +34,14 @@ struct BenchCase {
   int num_q_heads = 16;
   int num_kv_heads = 1;
   DType dtype = DType::bf16;      // attend: the KV cache dtype; index: the index cache dtype
-  std::int32_t context = 8192;    // seq_len of every request (cached + new tokens)
+  std::int32_t context = 8192;    // cached tokens of every request before the step
   std::int32_t batch = 1;         // requests
   std::int32_t query_len = 1;     // new tokens per request
   std::int32_t topk = 16;
 
   std::int64_t num_tokens() const { return std::int64_t(batch) * query_len; }
+  // seq_len of every request: the cached context plus the step's new tokens.
+  std::int32_t seq_len() const { return context + query_len; }
   const char* mode() const { return prefill ? "prefill" : (query_len > 1 ? "verify" : "decode"); }
   // e.g. "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4"
   std::string name() const {
@@ -248,7 +250,7 @@ inline int rotation_copies(double replay_bytes, double bytes_per_copy, double l2
 // Upper bound of the device bytes one copy of a case's inputs occupies (the
 // pages a copy maps, its top-k and block tables), used to size the sweep.
 inline double bench_copy_bytes_bound(const BenchCase& c) {
-  const double blocks = double((c.context + kBlockSize - 1) / kBlockSize);
+  const double blocks = double((c.seq_len() + kBlockSize - 1) / kBlockSize);
   const double requests = c.batch;
   if (c.op == BenchOp::index) {
     return requests * blocks * kBlockSize * kHeadDim * double(dtype_bytes(c.dtype)) + requests * blocks * 4.0;
@@ -264,7 +266,7 @@ inline double bench_copy_bytes_bound(const BenchCase& c) {
 // score workspace (an estimate; the attention workspace is asked from the plan).
 inline double bench_shared_bytes(const BenchCase& c) {
   const double tokens = double(c.num_tokens());
-  const double blocks = double((c.context + kBlockSize - 1) / kBlockSize);
+  const double blocks = double((c.seq_len() + kBlockSize - 1) / kBlockSize);
   if (c.op == BenchOp::index)
     return tokens * c.num_kv_heads * (kHeadDim * 2.0 + blocks * 4.0 + c.topk * 4.0);
   return tokens * c.num_q_heads * (kHeadDim * 2.0 * 2.0 + 4.0);

@@ -1,6 +1,7 @@
 // One case of `msa bench`.
 //
-// Inputs: every request has seq_len = context and query_len new tokens. The
+// Inputs: every request has `context` cached tokens and query_len new ones
+// (seq_len = context + query_len). The
 // case's top-k lists are synthetic (bench_topk.hpp). Rotation beyond L2: the
 // case gets `copies` independent input sets (own top-k lists, own block
 // tables, own physical pages in one pool filled on the device), enough that
@@ -35,7 +36,7 @@ struct Step {
 void make_step(const BenchCase& c, Step& st) {
   BatchSpec spec;
   spec.query_lens.assign(std::size_t(c.batch), c.query_len);
-  spec.seq_lens.assign(std::size_t(c.batch), c.context);
+  spec.seq_lens.assign(std::size_t(c.batch), c.seq_len());
   spec.decode_threshold = c.prefill ? 1 : c.query_len;
   st.meta = build_metadata(spec);
   st.query_start = to_device(st.meta.query_start);

@@ -6,8 +6,9 @@
 //  - random:    the non-local ids are uniform over the eligible blocks;
 //  - clustered: they come in runs of 4 neighbouring blocks.
 // The rows of one decode / verify request share a base set per KV head (each
-// id replaced with probability 1/4 per row), as neighbouring tokens do;
-// prefill tokens draw independently.
+// id replaced with probability 1/4 per row), as neighbouring tokens do. Random
+// prefill tokens draw independently; clustered prefill tokens share a set that
+// drifts by one id with probability 1/8 per token.
 //
 // Page map: a copy of the inputs maps, per request, every block some row of
 // the request selects (any KV head) to its own fresh physical page; blocks
@@ -83,12 +84,25 @@ inline std::vector<std::int32_t> make_bench_topk(const std::vector<std::int32_t>
     for (int h = 0; h < num_kv_heads; ++h) {
       const std::vector<std::int32_t> base =
           detail::draw_ids(rng, first_last, std::min(topk - 1, first_last), pattern);
+      // Clustered prefill: consecutive tokens share a slowly drifting set (one
+      // id replaced with probability 1/8 per token), as a real indexer's are.
+      std::vector<std::int32_t> drift = base;
       for (std::int32_t i = 0; i < qlen; ++i) {
         const std::int32_t p = seq_lens[r] - qlen + i;
         const std::int32_t last = p / kBlockSize;
         const std::int32_t valid = std::min(topk, last + 1);
         row.assign(1, last);
-        if (prefill) {
+        if (prefill && pattern == TopkPattern::clustered) {
+          if (!drift.empty() && rng.chance(0.125)) {
+            const auto k = std::size_t(rng.between(0, std::int64_t(drift.size()) - 1));
+            const auto id = std::int32_t(rng.between(0, last));
+            if (!detail::contains(drift, id)) drift[k] = id;
+          }
+          for (const std::int32_t b : drift) {
+            if (std::int32_t(row.size()) >= valid) break;
+            if (!detail::contains(row, b)) row.push_back(b);
+          }
+        } else if (prefill) {
           for (const std::int32_t b : detail::draw_ids(rng, last, valid - 1, pattern)) row.push_back(b);
         } else {
           for (const std::int32_t b : base) {
