@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
 #if MSA_HAVE_CUDA
   commands.push_back(register_check(app));
   commands.push_back(register_bench(app));
+  commands.push_back(register_bench_cp(app));
 #endif
 
   // A first word that is neither --help nor a command: name it.
