@@ -11,6 +11,8 @@
 //    single-GPU result), and over every GPU of the machine when it has >= 2.
 #include <gtest/gtest.h>
 
+#include "expect_error.hpp"
+
 #include <cuda_runtime.h>
 #if defined(MSA_HAVE_NCCL)
 #include <nccl.h>
@@ -338,15 +340,7 @@ TEST(CudaCp, MergePartialsFollowsCpu) {
   }
 }
 
-template <typename F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no msa::Error; expected one mentioning \"" << part << "\"";
-  } catch (const msa::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
+using msa::test::expect_error;
 
 TEST(CudaCp, ChecksNameTheArgument) {
   MSA_SKIP_WITHOUT_GPU();

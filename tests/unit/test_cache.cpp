@@ -2,6 +2,8 @@
 // offset() against addresses computed by hand from the layout definitions.
 #include <gtest/gtest.h>
 
+#include "expect_error.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -17,16 +19,7 @@ using msa::Layout;
 
 constexpr std::int64_t N = 128, D = 128;  // tokens per page, head dim
 
-template <typename Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no msa::Error thrown (expected one mentioning '" << needle << "')";
-  } catch (const msa::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message '" << e.what() << "' does not mention '" << needle << "'";
-  }
-}
+using msa::test::expect_error;
 
 // Element index (from the allocation's base) of K (is_v 0) or V (is_v 1)
 // element (p, h, t, d), written out from each layout's definition.

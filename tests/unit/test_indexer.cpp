@@ -4,6 +4,8 @@
 // directly through IndexCacheView::offset; the step is built by hand.
 #include <gtest/gtest.h>
 
+#include "expect_error.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -501,14 +503,7 @@ TEST(Indexer, TiesAndNaNScores) {
 
 // ---- bad input -------------------------------------------------------------------------
 
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& words) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (const auto& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
-  }
-}
+using msa::test::expect_error;
 
 TEST(Indexer, BadInputIsReportedByName) {
   Spec spec;

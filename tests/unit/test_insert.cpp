@@ -3,6 +3,8 @@
 // bad slots, and every input check of src/core/check_insert.cpp.
 #include <gtest/gtest.h>
 
+#include "expect_error.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -29,16 +31,7 @@ using std::uint8_t;
 
 constexpr int N = 128, D = 128;
 
-template <typename Fn>
-void expect_error(Fn&& fn, const std::string& needle) {
-  try {
-    fn();
-    ADD_FAILURE() << "no msa::Error thrown (expected one mentioning '" << needle << "')";
-  } catch (const msa::Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
-        << "message '" << e.what() << "' does not mention '" << needle << "'";
-  }
-}
+using msa::test::expect_error;
 
 // K and V of T tokens, H heads, in bf16 or fp16 bits, with a few special rows:
 // token 0 head 0 K is all zero, token 1 head 0 V holds one large value.
