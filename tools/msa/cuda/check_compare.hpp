@@ -48,9 +48,11 @@ inline Diff rel_frobenius(const std::vector<float>& got, const std::vector<float
   return d;
 }
 
-// max |got - want|, equal values (including equal infinities) counting 0 and a
-// NaN or a differing infinity counting +inf.
-inline Diff max_abs(const std::vector<float>& got, const std::vector<float>& want) {
+// The largest elementwise error `err(got, want)` over the entries that differ,
+// with its index; equal values (including equal infinities) count 0, and a NaN
+// or an infinity on either side of a differing pair counts +inf.
+template <typename Err>
+inline Diff worst_elementwise(const std::vector<float>& got, const std::vector<float>& want, Err err) {
   Diff d;
   const std::size_t n = got.size() < want.size() ? got.size() : want.size();
   if (got.size() != want.size()) d.error = kInf;
@@ -58,7 +60,7 @@ inline Diff max_abs(const std::vector<float>& got, const std::vector<float>& wan
     const double g = got[i], w = want[i];
     if (g == w) continue;
     ++d.count;
-    const double e = (std::isfinite(g) && std::isfinite(w)) ? std::fabs(g - w) : kInf;
+    const double e = (std::isfinite(g) && std::isfinite(w)) ? err(g, w) : kInf;
     if (e > d.error || d.worst < 0) {
       if (e > d.error) d.error = e;
       d.worst = std::int64_t(i);
@@ -69,25 +71,16 @@ inline Diff max_abs(const std::vector<float>& got, const std::vector<float>& wan
   return d;
 }
 
+// max |got - want|.
+inline Diff max_abs(const std::vector<float>& got, const std::vector<float>& want) {
+  return worst_elementwise(got, want, [](double g, double w) { return std::fabs(g - w); });
+}
+
 // max |got - want| / (1 + |want|) over the entries where `want` is finite;
 // where `want` is -inf (a block the query may not see) `got` must be -inf too.
 inline Diff score_error(const std::vector<float>& got, const std::vector<float>& want) {
-  Diff d;
-  const std::size_t n = got.size() < want.size() ? got.size() : want.size();
-  if (got.size() != want.size()) d.error = kInf;
-  for (std::size_t i = 0; i < n; ++i) {
-    const double g = got[i], w = want[i];
-    if (g == w) continue;
-    ++d.count;
-    const double e = (std::isfinite(g) && std::isfinite(w)) ? std::fabs(g - w) / (1.0 + std::fabs(w)) : kInf;
-    if (e > d.error || d.worst < 0) {
-      if (e > d.error) d.error = e;
-      d.worst = std::int64_t(i);
-      d.got = g;
-      d.want = w;
-    }
-  }
-  return d;
+  return worst_elementwise(got, want,
+                           [](double g, double w) { return std::fabs(g - w) / (1.0 + std::fabs(w)); });
 }
 
 // Bytes that differ; error = their count, worst = the first one.
