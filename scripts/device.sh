@@ -62,7 +62,7 @@ grep -A2 "ptxas info" "$LOG/build.log" >/dev/null 2>&1 || true
 
 if [[ $GPU_TESTS -eq 1 ]]; then
   step "gpu tests"
-  args=(--test-dir "$BUILD" -L gpu --output-on-failure --timeout 600)
+  args=(--test-dir "$BUILD" -L gpu --output-on-failure --timeout "${TEST_TIMEOUT:-600}")
   [[ -n "$TESTS" ]] && args+=(-R "$TESTS")
   ctest "${args[@]}" >"$LOG/gpu_tests.log" 2>&1 || status=1
   grep -E "tests passed|tests failed|Failed|\*\*\*" "$LOG/gpu_tests.log" | head -40

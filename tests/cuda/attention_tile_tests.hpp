@@ -106,6 +106,20 @@ std::vector<Case> tile_cases() {
     c.requests = small + std::vector<RequestShape>{{100, 3000}};
     add(c);
   }
+  {  // the wgmma kernel's TMA maps over other layouts (axes in another stride order)
+    Case c = named("tiles_g16_nhd_page_stride");
+    c.q_heads = 32, c.kv_heads = 2, c.layout = Layout::nhd, c.extra_page_stride = 64;
+    c.requests = mixed;
+    add(c);
+  }
+  {
+    Case c = named("tiles_g8_split_layout_fp16");
+    c.q_heads = 24, c.kv_heads = 3, c.layout = Layout::split;
+    c.kv = DType::fp16, c.q = DType::bf16, c.scales = ScaleMode::none;
+    c.requests = small + std::vector<RequestShape>{{100, 3000}};
+    c.small = true;
+    add(c);
+  }
   {
     Case c = named("tiles_g1_topk1");  // T 64: bit 63 of the token masks
     c.q_heads = 2, c.kv_heads = 2, c.topk = 1;
@@ -150,15 +164,35 @@ TEST_P(CudaAttentionTiles, MatchesOracleAndCpu) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTiles, ::testing::ValuesIn(tile_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// The same cases with the other number of keys per pass over a block (the
-// heuristic's default is checked above): both kernel variants stay correct.
+// The same cases on the mma.sync tile kernel (the cases of bf16 / fp16 caches
+// with 128-row tiles run on the wgmma kernel above), with either number of
+// keys per pass over a block.
+class CudaAttentionTilesMmaSync : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override { msa::cuda::attention::wgmma_tiles_override = 1; }
+  void TearDown() override { msa::cuda::attention::wgmma_tiles_override = 0; }
+};
+
+TEST_P(CudaAttentionTilesMmaSync, MatchesOracleAndCpu) {
+  MSA_SKIP_WITHOUT_GPU();
+  if (msa::test::sanitizer_mode() && !GetParam().small) GTEST_SKIP() << "large case";
+  run_case(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTilesMmaSync, ::testing::ValuesIn(tile_cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
+
 class CudaAttentionTilesOtherPass : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     namespace att = msa::cuda::attention;
     att::tile_pass_keys_override = att::kTilePassKeys == 128 ? 64 : 128;
+    att::wgmma_tiles_override = 1;
   }
-  void TearDown() override { msa::cuda::attention::tile_pass_keys_override = 0; }
+  void TearDown() override {
+    msa::cuda::attention::tile_pass_keys_override = 0;
+    msa::cuda::attention::wgmma_tiles_override = 0;
+  }
 };
 
 TEST_P(CudaAttentionTilesOtherPass, MatchesOracleAndCpu) {

@@ -482,14 +482,18 @@ TEST(CudaAttentionPerf, Throughput) {
   time_attend({8192}, {8192}, 16, 1, 16, 1, true, msa::cuda::attention::Splits{1, 2});
   time_attend({32768}, {32768}, 16, 1, 16, 1, true);
   time_attend({32768}, {65536}, 16, 1, 16, 1, true);
-  {  // the other tile variant (keys per pass over a block)
+  {  // the mma.sync tile kernel, both variants (keys per pass over a block)
     namespace att = msa::cuda::attention;
-    att::tile_pass_keys_override = att::kTilePassKeys == 128 ? 64 : 128;
-    std::printf("[attention-perf] tile pass of %d keys:\n", att::tile_pass_keys());
-    time_attend({8192}, {8192}, 16, 1, 16, 1, false);
-    time_attend({8192}, {8192}, 16, 1, 16, 1, true);
-    time_attend({32768}, {32768}, 16, 1, 16, 1, true);
+    att::wgmma_tiles_override = 1;
+    for (int pass : {128, 64}) {
+      att::tile_pass_keys_override = pass;
+      std::printf("[attention-perf] mma.sync tiles, pass of %d keys:\n", att::tile_pass_keys());
+      time_attend({8192}, {8192}, 16, 1, 16, 1, false);
+      time_attend({8192}, {8192}, 16, 1, 16, 1, true);
+      time_attend({32768}, {32768}, 16, 1, 16, 1, true);
+    }
     att::tile_pass_keys_override = 0;
+    att::wgmma_tiles_override = 0;
   }
   time_attend({8192}, {8192}, 64, 4, 16, 1, true);
   time_attend({4096, 4096}, {32768, 8192}, 16, 1, 16, 1);

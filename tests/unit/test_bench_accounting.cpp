@@ -78,6 +78,26 @@ TEST(BenchAccounting, AttendTrafficSkipsPaddingAndInvalid) {
   EXPECT_EQ(t.blocks, 1);
 }
 
+TEST(BenchAccounting, MultiRequestPrefillByHand) {
+  // Two prefill requests of 2 new tokens on 128 cached ones (seq 130, p = 128, 129),
+  // one KV head, group 2, topk 2. Both select blocks 0 and 1: the same ids in
+  // another request are other memory, so each request counts its blocks.
+  const std::vector<std::int32_t> qs = starts({2, 2}), seq{130, 130};
+  const std::vector<std::int32_t> topk{0, 1,    // request 0, p 128
+                                       0, 1,    // request 0, p 129
+                                       1, -1,   // request 1, p 128
+                                       0, 1};   // request 1, p 129
+  const Traffic t = attend_traffic(qs, seq, topk, 1, 2, 2, 1000);
+  const std::int64_t keys = (128 + 1) + (128 + 2) + 1 + (128 + 2);
+  EXPECT_EQ(t.keys, keys * 2);
+  EXPECT_DOUBLE_EQ(t.flops, 4.0 * 128 * double(keys * 2));
+  EXPECT_EQ(t.blocks, 4);
+  EXPECT_DOUBLE_EQ(t.bytes, 4000.0);
+  const Traffic ix = index_traffic(qs, seq, 3, DType::bf16);
+  EXPECT_EQ(ix.keys, 2 * (129 + 130) * 3);
+  EXPECT_EQ(ix.blocks, 2 * 2);
+}
+
 TEST(BenchAccounting, IndexTraffic) {
   const std::vector<std::int32_t> qs = starts({1, 3}), seq{129, 1000};
   const Traffic t = index_traffic(qs, seq, 4, DType::bf16);
@@ -190,6 +210,57 @@ TEST(BenchTopk, PageMapGivesSelectedBlocksOwnPages) {
   EXPECT_EQ(all.pages, 1 + 8 + 3);
 }
 
+// A prefill step of several requests, built as `msa bench` builds it: the
+// accounting against a count over every (request, KV head, token, key), and
+// the page map against the memory bound.
+TEST(BenchAccounting, MultiRequestPrefillMatchesBruteForce) {
+  BenchCase c = make_bench_case(BenchOp::attend, true, 6, 2, DType::bf16, 300, 3, 150);
+  c.topk = 4;
+  const int H = 2, group = 3, K = 4;
+  const BatchMetadata m = build_metadata(bench_batch_spec(c));
+  ASSERT_EQ(m.num_prefills, 3);
+  ASSERT_EQ(m.num_decodes, 0);
+  ASSERT_EQ(m.query_start, (std::vector<std::int32_t>{0, 150, 300, 450}));
+  ASSERT_EQ(m.seq_lens, (std::vector<std::int32_t>{450, 450, 450}));
+  for (const TopkPattern pattern : {TopkPattern::random, TopkPattern::clustered}) {
+    for (const std::uint64_t seed : {21u, 22u}) {
+      SCOPED_TRACE(::testing::Message() << "seed " << seed << " pattern " << int(pattern));
+      const auto ids = make_bench_topk(m.query_start, m.seq_lens, H, K, true, pattern, seed);
+      expect_valid_rows(m.query_start, m.seq_lens, ids, H, K);
+      std::int64_t keys = 0;
+      std::set<std::int64_t> blocks;  // r * 1000 + h * 100 + block
+      for (std::int32_t t = 0; t < m.num_tokens; ++t) {
+        const std::int32_t r = m.token_request[std::size_t(t)], p = m.token_position[std::size_t(t)];
+        for (int h = 0; h < H; ++h) {
+          const std::int32_t* row = ids.data() + (std::int64_t(t) * H + h) * K;
+          for (std::int32_t j = 0; j <= p && j < m.seq_lens[std::size_t(r)]; ++j) {
+            if (std::find(row, row + K, j / 128) == row + K) continue;
+            keys += group;
+            blocks.insert(r * 1000 + h * 100 + j / 128);
+          }
+        }
+      }
+      const Traffic t = attend_traffic(m.query_start, m.seq_lens, ids, H, group, K, 1000);
+      EXPECT_EQ(t.keys, keys);
+      EXPECT_DOUBLE_EQ(t.flops, 4.0 * 128 * double(keys));
+      EXPECT_EQ(t.blocks, std::int64_t(blocks.size()));
+      EXPECT_DOUBLE_EQ(t.bytes, 1000.0 * double(blocks.size()));
+      const PageMap map = map_pages(m.query_start, m.seq_lens, ids, H, K, false, 0);
+      const double used = double(map.pages) * H * double(kv_block_bytes(DType::bf16, ScaleMode::none)) +
+                          4.0 * double(ids.size() + map.table.size());
+      EXPECT_LE(used, bench_copy_bytes_bound(c));
+    }
+  }
+  std::int64_t scored = 0;
+  for (const std::int32_t p : m.token_position) scored += std::int64_t(p + 1) * H;
+  const Traffic ix = index_traffic(m.query_start, m.seq_lens, H, DType::bf16);
+  EXPECT_EQ(ix.keys, scored);
+  EXPECT_EQ(ix.blocks, 3 * 4);
+  c.op = BenchOp::index;
+  const PageMap all = map_pages(m.query_start, m.seq_lens, {}, H, K, true, 0);
+  EXPECT_LE(double(all.pages) * 128 * 128 * 2 + 4.0 * double(all.table.size()), bench_copy_bytes_bound(c));
+}
+
 TEST(BenchCases, DefaultSweepCoversAndFits) {
   const auto cases = default_bench_cases();
   std::set<std::string> names;
@@ -218,6 +289,43 @@ TEST(BenchCases, DefaultSweepCoversAndFits) {
   const auto quick = quick_bench_cases();
   EXPECT_GE(quick.size(), 8u);
   EXPECT_LE(quick.size(), 14u);
+}
+
+TEST(BenchCases, ProductionSetCoversAndFits) {
+  const auto cases = bench_case_set("production");
+  EXPECT_LE(cases.size(), 40u);
+  std::set<std::string> names;
+  std::set<std::int32_t> chunks, contexts, batches;
+  std::set<int> shapes, kinds;
+  for (const BenchCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    EXPECT_TRUE(names.insert(c.name()).second);
+    EXPECT_TRUE(c.prefill);
+    EXPECT_EQ(c.topk, 16);
+    chunks.insert(c.query_len);
+    contexts.insert(c.context);
+    batches.insert(c.batch);
+    shapes.insert(c.num_q_heads * 100 + c.num_kv_heads);
+    kinds.insert(int(c.op) * 100 + int(c.dtype));
+    if (c.query_len > 2048) {
+      EXPECT_LE(c.batch, 2);
+    }
+    EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9);
+    const BatchMetadata m = build_metadata(bench_batch_spec(c));
+    EXPECT_EQ(m.num_prefills, c.batch);
+    EXPECT_EQ(m.num_prefill_tokens, c.num_tokens());
+  }
+  EXPECT_EQ(chunks, (std::set<std::int32_t>{256, 1536, 16384}));
+  EXPECT_EQ(contexts, (std::set<std::int32_t>{17 * 1024, 64 * 1024, 170 * 1024}));
+  EXPECT_EQ(*batches.begin(), 1);
+  EXPECT_EQ(*batches.rbegin(), 10);
+  EXPECT_EQ(shapes, (std::set<int>{1601, 6404}));
+  EXPECT_EQ(kinds.size(), 3u);  // attend x {bf16, fp8_e4m3}, index x bf16
+  EXPECT_TRUE(names.count("attend prefill 64/4 bf16 ctx=170K b=10 q=256"));
+  EXPECT_TRUE(names.count("attend prefill 16/1 bf16 ctx=170K b=2 q=16384"));
+  EXPECT_EQ(bench_case_set("default").size(), default_bench_cases().size());
+  EXPECT_EQ(bench_case_set("quick").size(), quick_bench_cases().size());
+  EXPECT_THROW(bench_case_set("fast"), Error);
 }
 
 TEST(BenchCases, FiltersMatchWholeWords) {

@@ -15,7 +15,9 @@
 
 #include "core/checks.hpp"
 #include "cuda/attention/heuristics.hpp"
+#include "cuda/attention/kv_maps.hpp"
 #include "cuda/attention/launch.hpp"
+#include "cuda/attention/launch_wgmma.hpp"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/plan_internal.hpp"
 #include "cuda/common/check.cuh"
@@ -198,6 +200,7 @@ void prepare_kernels(const AttentionShape& shape) {
     constexpr bool kF16 = decltype(fp16)::value;
     prepare_attend<kKind, kF16>();
     prepare_attend_tiles<kKind, kF16>();
+    if constexpr (kKind == KvKind::half) prepare_attend_wgmma_tiles<kF16>();
   });
 }
 
@@ -255,8 +258,15 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
   }
   if (tiles_ctas > 0) {
     p.tile_tokens = tokens_per_tile;
-    p.tile_pass_keys = tile_pass_keys();
-    launch<true>(p, args.cache.dtype, f16, tiles_ctas, s);
+    const bool half_cache = args.cache.dtype == DType::bf16 || args.cache.dtype == DType::fp16;
+    KvMaps maps;
+    if (use_wgmma_tiles(half_cache, group, tokens_per_tile) && make_kv_maps(args.cache, maps)) {
+      if (args.cache.dtype == DType::fp16) launch_attend_wgmma_tiles<true>(p, maps, tiles_ctas, s);
+      else launch_attend_wgmma_tiles<false>(p, maps, tiles_ctas, s);
+    } else {
+      p.tile_pass_keys = tile_pass_keys();
+      launch<true>(p, args.cache.dtype, f16, tiles_ctas, s);
+    }
   }
 }
 

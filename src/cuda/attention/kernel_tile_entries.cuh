@@ -96,7 +96,9 @@ __device__ __forceinline__ TileWork tile_of_cta(const AttendParams& p, std::int6
 // row count once. Ineligible ids and bad pages are recorded in the DeviceCheck.
 // Entries come out in ascending block order, each with the mask of the tile's
 // tokens that selected it.
+// kCtaThreads: the CTA's threads (all of them take part).
 //   s_pos: [count] token positions (-1: the token attends nothing), already set
+template <int kCtaThreads = kTileThreads>
 __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork& t, unsigned char* extra,
                                            int tid) {
   auto* pair_mask = reinterpret_cast<std::uint64_t*>(extra + TileMeta::kPairMask);
@@ -115,7 +117,7 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
   const std::int32_t* table = p.table + std::int64_t(table_ok ? t.request : 0) * p.table_stride;
 
   // The raw ids, checked against each token's own eligible range.
-  for (int i = tid; i < pairs; i += kTileThreads) {
+  for (int i = tid; i < pairs; i += kCtaThreads) {
     const int tok = i / topk, k = i - tok * topk;
     const int pos = s_pos[tok];
     int id = -1;
@@ -136,7 +138,7 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
   __syncthreads();
 
   // First occurrences: the page and the tokens that selected the id.
-  for (int i = tid; i < pairs; i += kTileThreads) {
+  for (int i = tid; i < pairs; i += kCtaThreads) {
     const int id = pair_id[i];
     int key = 0x7fffffff;
     if (id >= 0) {
@@ -170,7 +172,7 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
   __syncthreads();
 
   // Rank of each good first occurrence among them: its place in the union.
-  for (int i = tid; i < pairs; i += kTileThreads) {
+  for (int i = tid; i < pairs; i += kCtaThreads) {
     const int id = pair_key[i];
     if (id == 0x7fffffff) continue;
     int rank = 0;

@@ -19,9 +19,11 @@
 #include <string>
 #include <vector>
 
+#include "msa/batch.hpp"
 #include "msa/cache.hpp"
 #include "msa/common.hpp"
 #include "msa/dtype.hpp"
+#include "msa/error.hpp"
 
 namespace msa::tool {
 
@@ -30,7 +32,7 @@ enum class BenchOp : std::uint8_t { attend, index };
 
 struct BenchCase {
   BenchOp op = BenchOp::attend;
-  bool prefill = false;           // one chunked-prefill request; else decode / verify
+  bool prefill = false;           // `batch` chunked-prefill requests; else decode / verify
   int num_q_heads = 16;
   int num_kv_heads = 1;
   DType dtype = DType::bf16;      // attend: the KV cache dtype; index: the index cache dtype
@@ -43,7 +45,7 @@ struct BenchCase {
   // seq_len of every request: the cached context plus the step's new tokens.
   std::int32_t seq_len() const { return context + query_len; }
   const char* mode() const { return prefill ? "prefill" : (query_len > 1 ? "verify" : "decode"); }
-  // e.g. "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4"
+  // e.g. "attend prefill 16/1 bf16 ctx=170K b=4 q=1536", "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4"
   std::string name() const {
     std::ostringstream s;
     s << (op == BenchOp::attend ? "attend " : "index ") << mode() << ' ' << num_q_heads << '/'
@@ -54,6 +56,30 @@ struct BenchCase {
     return s.str();
   }
 };
+
+// The step of a case: `batch` identical requests of `query_len` new tokens on
+// `context` cached ones; all prefills (threshold 1) or all decodes / verifies.
+inline BatchSpec bench_batch_spec(const BenchCase& c) {
+  BatchSpec spec;
+  spec.query_lens.assign(std::size_t(c.batch), c.query_len);
+  spec.seq_lens.assign(std::size_t(c.batch), c.seq_len());
+  spec.decode_threshold = c.prefill ? 1 : c.query_len;
+  return spec;
+}
+
+inline BenchCase make_bench_case(BenchOp op, bool prefill, int qh, int kvh, DType dt, std::int32_t ctx,
+                                 std::int32_t batch, std::int32_t query_len) {
+  BenchCase c;
+  c.op = op;
+  c.prefill = prefill;
+  c.num_q_heads = qh;
+  c.num_kv_heads = kvh;
+  c.dtype = dt;
+  c.context = ctx;
+  c.batch = batch;
+  c.query_len = query_len;
+  return c;
+}
 
 inline std::vector<std::string> split_words(const std::string& text) {
   std::vector<std::string> words;
@@ -122,19 +148,7 @@ inline std::vector<BenchCase> default_bench_cases() {
 
 // About a dozen cases that run in well under two minutes.
 inline std::vector<BenchCase> quick_bench_cases() {
-  auto make = [](BenchOp op, bool prefill, int qh, int kvh, DType dt, std::int32_t ctx, std::int32_t b,
-                 std::int32_t q) {
-    BenchCase c;
-    c.op = op;
-    c.prefill = prefill;
-    c.num_q_heads = qh;
-    c.num_kv_heads = kvh;
-    c.dtype = dt;
-    c.context = ctx;
-    c.batch = b;
-    c.query_len = q;
-    return c;
-  };
+  const auto make = make_bench_case;
   const BenchOp A = BenchOp::attend, I = BenchOp::index;
   return {make(A, false, 16, 1, DType::bf16, 8192, 1, 1),
           make(A, false, 16, 1, DType::bf16, 32768, 32, 1),
@@ -148,6 +162,44 @@ inline std::vector<BenchCase> quick_bench_cases() {
           make(A, true, 16, 1, DType::fp8_e4m3, 131072, 1, kPrefillChunk),
           make(I, false, 64, 4, DType::bf16, 131072, 32, 1),
           make(I, true, 64, 4, DType::bf16, 32768, 1, kPrefillChunk)};
+}
+
+// The production chunked-prefill set (record-prefill work): steps of `batch`
+// requests, each a chunk of q new tokens on `ctx` cached ones. Small chunks
+// (256, as the 150-350-token chunks of a busy server) come with batches up to
+// 10, 1.5K chunks likewise, 16K chunks with 1 or 2 requests.
+struct PrefillStep {
+  std::int32_t chunk, context, batch;
+};
+inline constexpr std::int32_t k17K = 17 * 1024, k64K = 64 * 1024, k170K = 170 * 1024;
+// Every step: attend over bf16 KV on both shapes.
+inline constexpr PrefillStep kProductionSteps[] = {
+    {256, k64K, 1},    {256, k64K, 4},    {256, k64K, 10},    {256, k17K, 10},    {256, k170K, 10},
+    {1536, k64K, 1},   {1536, k64K, 4},   {1536, k64K, 10},   {1536, k17K, 4},    {1536, k170K, 4},
+    {16384, k17K, 1},  {16384, k64K, 1},  {16384, k170K, 1},  {16384, k170K, 2}};
+// One step per chunk size: attend over fp8_e4m3 KV and the indexer, both shapes.
+inline constexpr PrefillStep kProductionReps[] = {{256, k64K, 10}, {1536, k64K, 4}, {16384, k170K, 1}};
+
+inline std::vector<BenchCase> production_bench_cases() {
+  static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
+  std::vector<BenchCase> out;
+  auto add = [&](BenchOp op, DType dt, const auto& steps) {
+    for (const auto& shape : kShapes)
+      for (const PrefillStep& s : steps)
+        out.push_back(make_bench_case(op, true, shape[0], shape[1], dt, s.context, s.batch, s.chunk));
+  };
+  add(BenchOp::attend, DType::bf16, kProductionSteps);
+  add(BenchOp::attend, DType::fp8_e4m3, kProductionReps);
+  add(BenchOp::index, DType::bf16, kProductionReps);
+  return out;
+}
+
+// The case set named by `msa bench --set`: default, quick or production.
+inline std::vector<BenchCase> bench_case_set(const std::string& set) {
+  if (set == "default") return default_bench_cases();
+  if (set == "quick") return quick_bench_cases();
+  if (set == "production") return production_bench_cases();
+  fail("--set = '", set, "' but the case sets are default, quick and production");
 }
 
 // ---- accounting ----------------------------------------------------------------
@@ -248,17 +300,19 @@ inline int rotation_copies(double replay_bytes, double bytes_per_copy, double l2
 }
 
 // Upper bound of the device bytes one copy of a case's inputs occupies (the
-// pages a copy maps, its top-k and block tables), used to size the sweep.
+// pages a copy maps, its shared page for unselected blocks included, its top-k
+// and block tables), used to size the sweep.
 inline double bench_copy_bytes_bound(const BenchCase& c) {
   const double blocks = double((c.seq_len() + kBlockSize - 1) / kBlockSize);
   const double requests = c.batch;
   if (c.op == BenchOp::index) {
-    return requests * blocks * kBlockSize * kHeadDim * double(dtype_bytes(c.dtype)) + requests * blocks * 4.0;
+    return (requests * blocks + 1.0) * kBlockSize * kHeadDim * double(dtype_bytes(c.dtype)) +
+           requests * blocks * 4.0;
   }
   // Decode: a request maps at most (query_len * topk) blocks per KV head; prefill all of them.
   const double per_request = c.prefill ? blocks : std::min(blocks, double(c.query_len) * c.topk * c.num_kv_heads);
   const double page = double(c.num_kv_heads) * double(kv_block_bytes(c.dtype, ScaleMode::per_tensor));
-  return requests * per_request * page + double(c.num_tokens()) * c.num_kv_heads * c.topk * 4.0 +
+  return (requests * per_request + 1.0) * page + double(c.num_tokens()) * c.num_kv_heads * c.topk * 4.0 +
          requests * blocks * 4.0;
 }
 

@@ -1,13 +1,14 @@
 // One case of `msa bench`.
 //
-// Inputs: every request has `context` cached tokens and query_len new ones
-// (seq_len = context + query_len). The
-// case's top-k lists are synthetic (bench_topk.hpp). Rotation beyond L2: the
-// case gets `copies` independent input sets (own top-k lists, own block
-// tables, own physical pages in one pool filled on the device), enough that
-// together they span at least 4x the L2; replay i runs copy i % copies, so
-// consecutive replays touch different memory. Queries, outputs and the
-// workspaces are shared (they are small next to the caches, or written).
+// Inputs: `batch` requests, each with `context` cached tokens and query_len
+// new ones (seq_len = context + query_len; all prefill requests, or all
+// decodes / verifies: bench_batch_spec). The case's top-k lists are synthetic
+// (bench_topk.hpp). Rotation beyond L2: the case gets `copies` independent
+// input sets (own top-k lists, own block tables, own physical pages in one
+// pool filled on the device), enough that together they span at least 4x the
+// L2; replay i runs copy i % copies, so consecutive replays touch different
+// memory. Queries, outputs and the workspaces are shared (they are small next
+// to the caches, or written).
 #include "bench_case.hpp"
 
 #include <algorithm>
@@ -34,11 +35,7 @@ struct Step {
 };
 
 void make_step(const BenchCase& c, Step& st) {
-  BatchSpec spec;
-  spec.query_lens.assign(std::size_t(c.batch), c.query_len);
-  spec.seq_lens.assign(std::size_t(c.batch), c.seq_len());
-  spec.decode_threshold = c.prefill ? 1 : c.query_len;
-  st.meta = build_metadata(spec);
+  st.meta = build_metadata(bench_batch_spec(c));
   st.query_start = to_device(st.meta.query_start);
   st.seq_lens = to_device(st.meta.seq_lens);
   st.token_request = to_device(st.meta.token_request);

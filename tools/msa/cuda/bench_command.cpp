@@ -26,7 +26,8 @@ namespace msa::tool {
 namespace {
 
 struct BenchOptions {
-  bool quick = false;
+  std::string set = "default";  // bench_case_set
+  bool quick = false;           // --quick: --set quick
   bool list = false;
   std::vector<std::string> filters;
   int iters = 100;
@@ -80,20 +81,21 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
 
 void print_row(const BenchResult& r, const Ceilings& ceil) {
   if (!r.error.empty()) {
-    std::printf("%-46s  ERROR: %s\n", r.c.name().c_str(), r.error.c_str());
+    std::printf("%-50s  ERROR: %s\n", r.c.name().c_str(), r.error.c_str());
     return;
   }
   const double s = r.time.median_us * 1e-6;
   const double tflops = r.traffic.flops / s * 1e-12, gbps = r.traffic.bytes / s * 1e-9;
-  std::printf("%-46s %10.1f %8.1f %6.1f%% %8.0f %6.1f%% %6d%s\n", r.c.name().c_str(), r.time.median_us, tflops,
+  std::printf("%-50s %10.1f %8.1f %6.1f%% %8.0f %6.1f%% %6d%s\n", r.c.name().c_str(), r.time.median_us, tflops,
               100.0 * tflops / ceil.gemm_tflops, gbps, 100.0 * gbps / ceil.copy_gbps, r.copies,
               r.graph ? "" : "  (no graph)");
   std::fflush(stdout);
 }
 
 int run_bench(const BenchOptions& o) {
+  const std::string set = o.quick ? "quick" : o.set;
   std::vector<BenchCase> cases;
-  for (const BenchCase& c : o.quick ? quick_bench_cases() : default_bench_cases())
+  for (const BenchCase& c : bench_case_set(set))
     if (matches_any(c, o.filters)) cases.push_back(c);
   if (o.list) {
     for (const BenchCase& c : cases) std::printf("%s\n", c.name().c_str());
@@ -135,9 +137,9 @@ int run_bench(const BenchOptions& o) {
               ceil.gemm_tflops, o.ceiling_replays);
   std::printf("timing: the attend / index run step captured in a CUDA graph per input copy; copies rotate so that "
               "consecutive replays touch different memory (>= 4x L2 together); median of up to %d replays after "
-              "%d warm-up; top-k pattern %s\n\n",
-              o.iters, o.warmup, o.pattern.c_str());
-  std::printf("%-46s %10s %8s %7s %8s %7s %6s\n", "case", "time_us", "TFLOP/s", "%gemm", "GB/s", "%copy", "copies");
+              "%d warm-up; top-k pattern %s; case set %s\n\n",
+              o.iters, o.warmup, o.pattern.c_str(), set.c_str());
+  std::printf("%-50s %10s %8s %7s %8s %7s %6s\n", "case", "time_us", "TFLOP/s", "%gemm", "GB/s", "%copy", "copies");
 
   nlohmann::json jcases = nlohmann::json::array();
   int errors = 0;
@@ -188,7 +190,8 @@ int run_bench(const BenchOptions& o) {
           {"budget_ms", o.budget_ms},
           {"pattern", o.pattern},
           {"seed", o.seed},
-          {"quick", o.quick},
+          {"set", set},
+          {"quick", set == "quick"},
           {"filters", o.filters},
           {"rotation", "input copies (own top-k, block tables and pages) spanning >= 4x L2; replay i uses copy i % copies"},
           {"flops", "4 * 128 * attended keys summed over (token, query head); index: 2 * 128 * scored keys over (token, KV head)"},
@@ -212,7 +215,13 @@ Command register_bench(CLI::App& app) {
       "bench",
       "Times prefill, decode and verify attention (and the indexer) on MiniMax-M3 per-rank shapes, with the "
       "machine's copy-bandwidth and GEMM ceilings measured in the same run. See bench/README.md.");
-  sub->add_flag("--quick", o->quick, "about ten cases (well under two minutes)");
+  CLI::Option* set =
+      sub->add_option("--set", o->set,
+                      "case set: default (the full sweep), quick (about a dozen cases, well under two minutes) or "
+                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K)")
+          ->capture_default_str()
+          ->check(CLI::IsMember({"default", "quick", "production"}));
+  sub->add_flag("--quick", o->quick, "the same as --set quick")->excludes(set);
   sub->add_option("--case", o->filters,
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")
       ->expected(1)

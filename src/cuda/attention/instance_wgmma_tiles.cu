@@ -1,0 +1,12 @@
+// Instances of the wgmma token-tile attention kernel (bf16 / fp16 caches).
+#include "cuda/attention/kernel_wgmma_tile.cuh"
+#include "cuda/attention/launch_wgmma.hpp"
+
+namespace msa::cuda::attention {
+
+template void launch_attend_wgmma_tiles<false>(const AttendParams&, const KvMaps&, std::int64_t, cudaStream_t);
+template void launch_attend_wgmma_tiles<true>(const AttendParams&, const KvMaps&, std::int64_t, cudaStream_t);
+template void prepare_attend_wgmma_tiles<false>();
+template void prepare_attend_wgmma_tiles<true>();
+
+}  // namespace msa::cuda::attention

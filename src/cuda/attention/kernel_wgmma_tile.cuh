@@ -1,0 +1,312 @@
+// The wgmma token-tile attention kernel (prefill rows, bf16 / fp16 KV caches,
+// sm_90a): the token tiles of kernel_tile.cuh (T consecutive prefill tokens of
+// one request and one KV head, T x G = 128 query rows token-major, the sorted
+// union of their selected blocks with the mask of the tokens that chose each)
+// on Hopper's asynchronous units.
+//
+//  - A producer warp streams the union's blocks through a two-stage ring by
+//    TMA (kv_maps.hpp): per block a K and a V tile of 128 keys x 128 dims, each
+//    as two 128-byte-swizzled boxes of 64 dims. Stage s has a "full" mbarrier
+//    (the TMA's transaction count) and an "empty" one (one arrival per
+//    consumer warp once its wgmma reads of the stage are done).
+//  - Two consumer warpgroups own 64 rows each. Per block: S = Q K^T by wgmma
+//    (Q and K from shared memory), each row masked to its own token's
+//    selection and causal limit, the online softmax in registers (log2 units),
+//    then O += P V by wgmma (P from registers, V from shared memory as an
+//    MN-major operand). A warpgroup none of whose tokens selected the block
+//    skips it.
+//  - Keys past the tile's last position in its last block may be unwritten
+//    (any bytes, NaN included): their scores are masked, and their V rows are
+//    zeroed in shared memory before use so that 0 x NaN never reaches O.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/attention/kernel.cuh"
+#include "cuda/attention/kernel_tile_entries.cuh"
+#include "cuda/attention/kv_maps.hpp"
+#include "cuda/attention/wgmma.cuh"
+
+namespace msa::cuda::attention {
+
+// Shape and shared-memory layout (byte offsets from the 1 KiB-aligned base).
+struct WgmmaTile {
+  static constexpr int kConsumers = 2;                     // warpgroups of 64 rows
+  static constexpr int kThreads = kConsumers * 128 + 32;   // + the producer warp
+  static constexpr int kProducerWarp = kConsumers * 4;
+  static constexpr int kStages = 2;
+  static constexpr int kAtomBytes = kBlockKeys * 128;      // 16 KiB: 64 dims of 128 keys
+  static constexpr int kPlaneBytes = 2 * kAtomBytes;       // 32 KiB: one K or V tile
+  static constexpr int kQBytes = 64 * kDim * 2;            // 16 KiB: a warpgroup's 64 rows
+  static constexpr int kQAtomBytes = 64 * 128;             // 8 KiB: 64 dims of 64 rows
+  static constexpr int kQ = 0;                             // [kConsumers][2][64][64] MMA type
+  static constexpr int kStage = kQ + kConsumers * kQBytes;  // [kStages][K | V][2][128][64]
+  static constexpr int kBars = kStage + kStages * 2 * kPlaneBytes;  // uint64 full[2], empty[2]
+  static constexpr int kExtra = kBars + 64;                // TileMeta
+  static constexpr int kBytes = kExtra + TileMeta::kBytes + 1024;  // + alignment slack
+  static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
+  static_assert(kStage % 1024 == 0 && kPlaneBytes % 1024 == 0, "swizzled tiles need 1 KiB alignment");
+};
+
+// Map coordinate of dimension `dim` (1..3) for (head, page); the token axis starts at 0.
+__device__ __forceinline__ int map_coord(const KvMaps& m, int dim, int head, int page) {
+  return dim == m.head_dim ? head : dim == m.page_dim ? page : 0;
+}
+
+// The tile's query rows (converted to the MMA type) into the two warpgroups'
+// swizzled Q tiles; rows of tokens past the tile are zero. Consumer threads.
+template <bool kF16>
+__device__ __forceinline__ void stage_wgmma_query(const AttendParams& p, const TileWork& t, unsigned char* q,
+                                                  int tid) {
+  constexpr int kChunks = kTileRows * 16;  // 16-byte chunks of 8 elements
+#pragma unroll 2
+  for (int idx = tid; idx < kChunks; idx += WgmmaTile::kConsumers * 128) {
+    const int row = idx >> 4, c = idx & 15;
+    const int tok = row / p.group, g = row - tok * p.group;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (tok < t.count) {
+      const std::int64_t qh = std::int64_t(t.head) * p.group + g;
+      v = load_query_chunk<kF16>(p, (std::int64_t(t.first + tok) * p.num_q_heads + qh) * kDim + 8 * c);
+    }
+    const int wg = row >> 6, r = row & 63;
+    const int at = wg * WgmmaTile::kQBytes + (c >> 3) * WgmmaTile::kQAtomBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+    *reinterpret_cast<uint4*>(q + at) = v;
+  }
+}
+
+template <bool kF16>
+__global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
+    attend_wgmma_tile_kernel(const __grid_constant__ AttendParams p, const __grid_constant__ KvMaps maps) {
+  using W = WgmmaTile;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const TileWork t = tile_of_cta(p, blockIdx.x, lane);
+  if (t.request < 0) return;  // a tile number no request uses (uniform over the CTA)
+
+  unsigned char* extra = smem + W::kExtra;
+  auto* s_pos = reinterpret_cast<std::int32_t*>(extra + TileMeta::kPos);
+  const auto* entry_block = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryBlock);
+  const auto* entry_page = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryPage);
+  const auto* entry_mask = reinterpret_cast<const std::uint64_t*>(extra + TileMeta::kEntryMask);
+  const std::uint32_t bars = smem_u32(smem + W::kBars);
+  auto full = [&](int s) { return bars + 8u * std::uint32_t(s); };
+  auto empty = [&](int s) { return bars + 8u * std::uint32_t(W::kStages + s); };
+
+  if (tid < t.count) s_pos[tid] = token_position(t.first + tid, t.seq, t.q0, t.q1);
+  if (tid == W::kProducerWarp * 32) {
+    for (int s = 0; s < W::kStages; ++s) {
+      sm90::mbar_init(full(s), 1);
+      sm90::mbar_init(empty(s), W::kConsumers * 4);
+    }
+    sm90::mbar_init_fence();
+  }
+  if (warp < W::kProducerWarp) {
+    stage_wgmma_query<kF16>(p, t, smem + W::kQ, tid);
+    sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)
+  }
+  __syncthreads();
+  const int n = build_union<W::kThreads>(p, t, extra, tid);
+
+  if (warp == W::kProducerWarp) {
+    if (lane == 0) {
+      for (int i = 0; i < n; ++i) {
+        const int s = i % W::kStages;
+        if (i >= W::kStages) sm90::mbar_wait(empty(s), std::uint32_t((i / W::kStages - 1) & 1));
+        sm90::mbar_arrive_expect_tx(full(s), 2 * W::kPlaneBytes);
+        const int page = entry_page[i];
+        const int c1 = map_coord(maps, 1, t.head, page), c2 = map_coord(maps, 2, t.head, page),
+                  c3 = map_coord(maps, 3, t.head, page);
+        const std::uint32_t dst = smem_u32(smem + W::kStage + s * 2 * W::kPlaneBytes);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          sm90::tma_load_4d(dst + half * W::kAtomBytes, &maps.k, full(s), 64 * half, c1, c2, c3);
+          sm90::tma_load_4d(dst + W::kPlaneBytes + half * W::kAtomBytes, &maps.v, full(s), 64 * half, c1, c2, c3);
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers: warpgroup wg owns rows 64 wg .. 64 wg + 63 ----
+  const int wg = warp >> 2;
+  const int row0 = 64 * wg + 16 * (warp & 3) + (lane >> 2);  // the thread's rows: row0, row0 + 8
+  int max_pos = -1;
+  for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, s_pos[tok]);
+  int pos[2];
+  std::uint64_t bit[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int tok = (row0 + 8 * i) / p.group;
+    pos[i] = tok < t.count ? s_pos[tok] : -1;
+    bit[i] = pos[i] >= 0 ? std::uint64_t(1) << tok : 0;
+  }
+  std::uint64_t wg_tokens = 0;  // tokens with rows in this warpgroup
+  for (int tok = (64 * wg) / p.group; tok <= (64 * wg + 63) / p.group && tok < t.count; ++tok)
+    wg_tokens |= std::uint64_t(1) << tok;
+  const int tail_block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
+  const int tail_keys = max_pos - tail_block * kBlockKeys + 1;  // keys of the tail block any row sees
+
+  const float scale = p.score_scale_log2;
+  const int col = 2 * (lane & 3);
+  const std::uint32_t q_base = smem_u32(smem + W::kQ + wg * W::kQBytes);
+  float o[64];
+#pragma unroll
+  for (int j = 0; j < 64; ++j) o[j] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int i = 0; i < n; ++i) {
+    const int s = i % W::kStages;
+    sm90::mbar_wait(full(s), std::uint32_t((i / W::kStages) & 1));
+    unsigned char* k_tile = smem + W::kStage + s * 2 * W::kPlaneBytes;
+    unsigned char* v_tile = k_tile + W::kPlaneBytes;
+    const int block = entry_block[i];
+    if (block == tail_block && tail_keys < kBlockKeys) {  // uniform over the consumers
+      const int chunks = (kBlockKeys - tail_keys) * 16;
+      for (int idx = tid; idx < chunks; idx += W::kConsumers * 128) {
+        const int r = tail_keys + (idx >> 4), c = idx & 15;
+        *reinterpret_cast<uint4*>(v_tile + (c >> 3) * W::kAtomBytes + r * 128 + ((c & 7) << 4)) =
+            make_uint4(0, 0, 0, 0);
+      }
+      sm90::fence_proxy_async();
+      sm90::named_barrier(1, W::kConsumers * 128);
+    }
+    const std::uint64_t mask = entry_mask[i];
+    if ((mask & wg_tokens) != 0) {
+      const std::uint32_t k_addr = smem_u32(k_tile), v_addr = smem_u32(v_tile);
+      float sc[64];
+#pragma unroll
+      for (int j = 0; j < 64; ++j) sc[j] = 0.0f;
+      sm90::fence_registers(sc);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const std::uint64_t a = sm90::sw128_desc(q_base + (kk >> 2) * W::kQAtomBytes + (kk & 3) * 32, 16, 1024);
+        const std::uint64_t b = sm90::sw128_desc(k_addr + (kk >> 2) * W::kAtomBytes + (kk & 3) * 32, 16, 1024);
+        sm90::wgmma_ss<kF16>(sc, a, b, kk > 0 ? 1 : 0);
+      }
+      sm90::wgmma_commit();
+      sm90::fence_registers(sc);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(sc);
+
+      // Mask to each row's selection and causal limit, then the online softmax.
+      const int base = block * kBlockKeys;
+      const int limit0 = (mask & bit[0]) != 0 ? pos[0] - base + 1 : 0;
+      const int limit1 = (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = 8 * j + col + e;
+          sc[4 * j + e] = key < limit0 ? sc[4 * j + e] * scale : -INFINITY;
+          sc[4 * j + 2 + e] = key < limit1 ? sc[4 * j + 2 + e] * scale : -INFINITY;
+          mx0 = fmaxf(mx0, sc[4 * j + e]);
+          mx1 = fmaxf(mx1, sc[4 * j + 2 + e]);
+        }
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float new0 = fmaxf(m[0], mx0), new1 = fmaxf(m[1], mx1);
+      const float use0 = new0 == -INFINITY ? 0.0f : new0, use1 = new1 == -INFINITY ? 0.0f : new1;
+      const float alpha0 = fast_exp2(m[0] - use0), alpha1 = fast_exp2(m[1] - use1);
+      m[0] = new0;
+      m[1] = new1;
+      float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          sc[4 * j + e] = fast_exp2(sc[4 * j + e] - use0);
+          sc[4 * j + 2 + e] = fast_exp2(sc[4 * j + 2 + e] - use1);
+          sum0 += sc[4 * j + e];
+          sum1 += sc[4 * j + 2 + e];
+        }
+      }
+      l[0] = l[0] * alpha0 + sum0;
+      l[1] = l[1] * alpha1 + sum1;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        o[4 * j] *= alpha0;
+        o[4 * j + 1] *= alpha0;
+        o[4 * j + 2] *= alpha1;
+        o[4 * j + 3] *= alpha1;
+      }
+      // P as the A fragments of the 8 k-steps of 16 keys.
+      std::uint32_t pa[8][4];
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        pa[kk][0] = pack2<kF16>(sc[8 * kk], sc[8 * kk + 1]);
+        pa[kk][1] = pack2<kF16>(sc[8 * kk + 2], sc[8 * kk + 3]);
+        pa[kk][2] = pack2<kF16>(sc[8 * kk + 4], sc[8 * kk + 5]);
+        pa[kk][3] = pack2<kF16>(sc[8 * kk + 6], sc[8 * kk + 7]);
+      }
+      sm90::fence_registers(o);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const std::uint64_t b = sm90::sw128_desc(v_addr + kk * 2048, W::kAtomBytes, 1024);
+        sm90::wgmma_rs<kF16>(o, pa[kk], b, 1);
+      }
+      sm90::wgmma_commit();
+      sm90::fence_registers(o);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(o);
+    }
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(empty(s));
+  }
+
+  // Epilogue: rows normalised by their sums; 0 and -inf for rows that attended nothing.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    float sum = l[i];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = row0 + 8 * i;
+    const int tok = row / p.group, g = row - tok * p.group;
+    if (tok >= t.count) continue;
+    const std::int64_t at = std::int64_t(t.first + tok) * p.num_q_heads + std::int64_t(t.head) * p.group + g;
+    const float inv = sum > 0.0f ? p.out_scale / sum : 0.0f;
+    auto* out = static_cast<std::uint16_t*>(p.out) + at * kDim + col;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const float a = o[4 * j + 2 * i] * inv, b = o[4 * j + 2 * i + 1] * inv;
+      *reinterpret_cast<std::uint32_t*>(out + 8 * j) = p.out_fp16 ? pack2<true>(a, b) : pack2<false>(a, b);
+    }
+    if (p.lse != nullptr && (lane & 3) == 0) p.lse[at] = sum > 0.0f ? (m[i] + log2f(sum)) * kLn2 : -INFINITY;
+  }
+}
+
+// Raises the kernel's dynamic shared-memory limit, once per device.
+template <bool kF16>
+void prepare_attend_wgmma_tiles() {
+  static std::atomic<std::uint64_t> done{0};  // bit d: device d prepared
+  int device = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
+  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_wgmma_tile_kernel<kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      WgmmaTile::kBytes));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+// Launches the wgmma token-tile kernel over `ctas` CTAs (heuristics.hpp,
+// tile_ctas; p.tile_tokens x p.group = 128).
+template <bool kF16>
+void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, std::int64_t ctas,
+                               cudaStream_t stream) {
+  prepare_attend_wgmma_tiles<kF16>();
+  attend_wgmma_tile_kernel<kF16>
+      <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace msa::cuda::attention

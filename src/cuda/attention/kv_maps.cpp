@@ -1,0 +1,78 @@
+// Host encoding of the KV tensor maps (kv_maps.hpp) through the driver entry
+// point cuTensorMapEncodeTiled, fetched once from the runtime (no libcuda link).
+#include "cuda/attention/kv_maps.hpp"
+
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "msa/dtype.hpp"
+
+namespace msa::cuda::attention {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // clear the error so that later runtime calls do not report it
+      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
+  if (c.dtype != DType::bf16 && c.dtype != DType::fp16) return false;
+  if (c.num_pages <= 0 || c.num_kv_heads <= 0 || c.k == nullptr || c.v == nullptr) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
+  if (encode == nullptr) return false;
+  // Axes 1-3 (token, head, page) in ascending stride order.
+  struct Axis {
+    int which;  // 0 token, 1 head, 2 page
+    std::int64_t extent;
+    std::int64_t stride_bytes;
+  };
+  std::array<Axis, 3> axes = {Axis{0, kBlockSize, c.token_stride * 2}, Axis{1, c.num_kv_heads, c.head_stride * 2},
+                              Axis{2, c.num_pages, c.page_stride * 2}};
+  std::stable_sort(axes.begin(), axes.end(),
+                   [](const Axis& a, const Axis& b) { return a.stride_bytes < b.stride_bytes; });
+  cuuint64_t dims[4] = {128, 0, 0, 0};
+  cuuint64_t strides[3] = {};
+  cuuint32_t box[4] = {64, 1, 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 3; ++i) {
+    const Axis& a = axes[std::size_t(i)];
+    if (a.stride_bytes <= 0 || a.stride_bytes % 16 != 0 || a.stride_bytes >= (std::int64_t(1) << 40)) return false;
+    dims[i + 1] = cuuint64_t(a.extent);
+    strides[i] = cuuint64_t(a.stride_bytes);
+    if (a.which == 0) {
+      box[i + 1] = kBlockSize;
+      maps.token_dim = i + 1;
+    } else if (a.which == 1) {
+      maps.head_dim = i + 1;
+    } else {
+      maps.page_dim = i + 1;
+    }
+  }
+  const CUtensorMapDataType type =
+      c.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  for (int plane = 0; plane < 2; ++plane) {
+    const CUresult r = encode(plane == 0 ? &maps.k : &maps.v, type, 4, plane == 0 ? c.k : c.v, dims, strides, box,
+                              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) return false;
+  }
+  return true;
+}
+
+}  // namespace msa::cuda::attention
