@@ -17,17 +17,22 @@ namespace msa::cuda::attention {
 inline constexpr int kTileThreads = kTileRows / 16 * 32;  // 8 warps, 16 rows each
 
 // The [extra] area of the token-tile layout (byte offsets from L::kExtra).
+// The union is built through a hash set of the tile's ids (open addressing,
+// kTileHashSlots slots, at most kTileMaxPairs keys).
+inline constexpr int kTileHashSlots = 2 * kTileMaxPairs;
+static_assert(kTileHashSlots == 1024, "build_union hashes ids to 10 bits");
 struct TileMeta {
-  static constexpr int kPairMask = 0;                               // uint64 [512] tokens selecting a pair's id
-  static constexpr int kEntryMask = kPairMask + kTileMaxPairs * 8;  // uint64 [512] tokens selecting entry e
-  static constexpr int kPairId = kEntryMask + kTileMaxPairs * 8;    // int32 [512] usable id of pair or -1
-  static constexpr int kPairPage = kPairId + kTileMaxPairs * 4;     // int32 [512] page of a first occurrence
-  // int32 [512]: the id of a first occurrence with a good page, else INT32_MAX
-  static constexpr int kPairKey = kPairPage + kTileMaxPairs * 4;
-  static constexpr int kEntryBlock = kPairKey + kTileMaxPairs * 4;  // int32 [512] union, ascending block ids
-  static constexpr int kEntryPage = kEntryBlock + kTileMaxPairs * 4;  // int32 [512] their pages
-  static constexpr int kPos = kEntryPage + kTileMaxPairs * 4;       // int32 [64] position of tile token t or -1
-  static constexpr int kScalars = kPos + kTileMaxTokens * 4;        // int32 [4]: entries, max position
+  static constexpr int kHashMask = 0;                                  // uint64 [1024] tokens selecting the slot's id
+  static constexpr int kEntryMask = kHashMask + kTileHashSlots * 8;    // uint64 [512] tokens selecting entry e
+  static constexpr int kHashKey = kEntryMask + kTileMaxPairs * 8;      // int32 [1024] id in the slot or -1
+  static constexpr int kPairId = kHashKey + kTileHashSlots * 4;        // int32 [512] usable id of pair or -1
+  static constexpr int kDistinct = kPairId + kTileMaxPairs * 4;        // int32 [512] slots in use (any order)
+  static constexpr int kGoodId = kDistinct + kTileMaxPairs * 4;        // int32 [512] their ids, INT32_MAX if bad page
+  static constexpr int kGoodPage = kGoodId + kTileMaxPairs * 4;        // int32 [512] their pages
+  static constexpr int kEntryBlock = kGoodPage + kTileMaxPairs * 4;    // int32 [512] union, ascending block ids
+  static constexpr int kEntryPage = kEntryBlock + kTileMaxPairs * 4;   // int32 [512] their pages
+  static constexpr int kPos = kEntryPage + kTileMaxPairs * 4;          // int32 [64] position of tile token t or -1
+  static constexpr int kScalars = kPos + kTileMaxTokens * 4;           // int32 [4]: entries, distinct ids
   static constexpr int kBytes = kScalars + 16;
 };
 
@@ -95,28 +100,38 @@ __device__ __forceinline__ TileWork tile_of_cta(const AttendParams& p, std::int6
 // 128, inside the block table) and its page is inside the cache; repeats in a
 // row count once. Ineligible ids and bad pages are recorded in the DeviceCheck.
 // Entries come out in ascending block order, each with the mask of the tile's
-// tokens that selected it.
+// tokens that selected it. Every step is one parallel pass with no search
+// loop that stops early: the ids go into a shared hash set (the token masks
+// OR-ed into their slots), the distinct ids are listed, their pages looked up,
+// and each good one is placed by its rank among them.
 // kCtaThreads: the CTA's threads (all of them take part).
 //   s_pos: [count] token positions (-1: the token attends nothing), already set
 template <int kCtaThreads = kTileThreads>
 __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork& t, unsigned char* extra,
                                            int tid) {
-  auto* pair_mask = reinterpret_cast<std::uint64_t*>(extra + TileMeta::kPairMask);
+  auto* hash_mask = reinterpret_cast<unsigned long long*>(extra + TileMeta::kHashMask);
   auto* entry_mask = reinterpret_cast<std::uint64_t*>(extra + TileMeta::kEntryMask);
+  auto* hash_key = reinterpret_cast<int*>(extra + TileMeta::kHashKey);
   auto* pair_id = reinterpret_cast<std::int32_t*>(extra + TileMeta::kPairId);
-  auto* pair_page = reinterpret_cast<std::int32_t*>(extra + TileMeta::kPairPage);
-  auto* pair_key = reinterpret_cast<std::int32_t*>(extra + TileMeta::kPairKey);
+  auto* distinct = reinterpret_cast<std::int32_t*>(extra + TileMeta::kDistinct);
+  auto* good_id = reinterpret_cast<std::int32_t*>(extra + TileMeta::kGoodId);
+  auto* good_page = reinterpret_cast<std::int32_t*>(extra + TileMeta::kGoodPage);
   auto* entry_block = reinterpret_cast<std::int32_t*>(extra + TileMeta::kEntryBlock);
   auto* entry_page = reinterpret_cast<std::int32_t*>(extra + TileMeta::kEntryPage);
   const auto* s_pos = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kPos);
-  auto* scalars = reinterpret_cast<std::int32_t*>(extra + TileMeta::kScalars);
+  auto* scalars = reinterpret_cast<int*>(extra + TileMeta::kScalars);
 
   const int topk = p.topk_count;
   const int pairs = t.count * topk;  // <= kTileMaxPairs (tile_tokens)
   const bool table_ok = t.request >= 0 && t.request < p.table_rows;
   const std::int32_t* table = p.table + std::int64_t(table_ok ? t.request : 0) * p.table_stride;
 
-  // The raw ids, checked against each token's own eligible range.
+  // The raw ids, checked against each token's own eligible range; an empty set.
+  for (int h = tid; h < kTileHashSlots; h += kCtaThreads) {
+    hash_key[h] = -1;
+    hash_mask[h] = 0;
+  }
+  if (tid == 0) scalars[0] = scalars[1] = 0;
   for (int i = tid; i < pairs; i += kCtaThreads) {
     const int tok = i / topk, k = i - tok * topk;
     const int pos = s_pos[tok];
@@ -137,50 +152,49 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
   }
   __syncthreads();
 
-  // First occurrences: the page and the tokens that selected the id.
+  // Into the set: linear probing from a multiplicative hash (at most half full).
   for (int i = tid; i < pairs; i += kCtaThreads) {
     const int id = pair_id[i];
-    int key = 0x7fffffff;
-    if (id >= 0) {
-      bool first = true;
-      for (int j = 0; j < i; ++j)
-        if (pair_id[j] == id) {
-          first = false;
-          break;
-        }
-      if (first) {
-        std::uint64_t mask = 0;
-        for (int tok = i / topk; tok < t.count; ++tok)
-          for (int k = 0; k < topk; ++k)
-            if (pair_id[tok * topk + k] == id) {
-              mask |= std::uint64_t(1) << tok;
-              break;
-            }
-        const int page = table[id];
-        if (page >= 0 && page < p.num_pages) {
-          key = id;
-          pair_page[i] = page;
-          pair_mask[i] = mask;
-        } else {
-          detail::record_bad(p.check, detail::kBadBlockTable, t.request, id, 0, page, p.num_pages);
-        }
-      }
+    if (id < 0) continue;
+    unsigned h = (unsigned(id) * 2654435761u) >> 22;  // 10 bits: kTileHashSlots = 1024
+    for (;;) {
+      const int old = atomicCAS(&hash_key[h], -1, id);
+      if (old == -1 || old == id) break;
+      h = (h + 1) & (kTileHashSlots - 1);
     }
-    pair_key[i] = key;
+    atomicOr(&hash_mask[h], 1ull << (i / topk));
   }
-  if (tid == 0) scalars[0] = 0;
   __syncthreads();
 
-  // Rank of each good first occurrence among them: its place in the union.
-  for (int i = tid; i < pairs; i += kCtaThreads) {
-    const int id = pair_key[i];
+  // The distinct ids (slot order), each with its page; bad pages drop out.
+  for (int h = tid; h < kTileHashSlots; h += kCtaThreads) {
+    const int id = hash_key[h];
+    if (id < 0) continue;
+    const int u = atomicAdd(&scalars[1], 1);
+    distinct[u] = h;
+    const int page = table[id];
+    good_page[u] = page;
+    if (page >= 0 && page < p.num_pages) {
+      good_id[u] = id;
+    } else {
+      good_id[u] = 0x7fffffff;
+      detail::record_bad(p.check, detail::kBadBlockTable, t.request, id, 0, page, p.num_pages);
+    }
+  }
+  __syncthreads();
+
+  // Each good id goes to its rank among the good ids: ascending block order.
+  const int n_distinct = scalars[1];
+  for (int u = tid; u < n_distinct; u += kCtaThreads) {
+    const int id = good_id[u];
     if (id == 0x7fffffff) continue;
     int rank = 0;
-    for (int j = 0; j < pairs; ++j) rank += pair_key[j] < id;
+    for (int v = 0; v < n_distinct; ++v) rank += good_id[v] < id;
+    const int h = distinct[u];
     entry_block[rank] = id;
-    entry_page[rank] = pair_page[i];
-    entry_mask[rank] = pair_mask[i];
-    atomicAdd(scalars, 1);
+    entry_page[rank] = good_page[u];
+    entry_mask[rank] = hash_mask[h];
+    atomicAdd(&scalars[0], 1);
   }
   __syncthreads();
   return scalars[0];

@@ -4,20 +4,24 @@
 // union of their selected blocks with the mask of the tokens that chose each)
 // on Hopper's asynchronous units.
 //
-//  - A producer warp streams the union's blocks through a two-stage ring by
-//    TMA (kv_maps.hpp): per block a K and a V tile of 128 keys x 128 dims, each
-//    as two 128-byte-swizzled boxes of 64 dims. Stage s has a "full" mbarrier
-//    (the TMA's transaction count) and an "empty" one (one arrival per
-//    consumer warp once its wgmma reads of the stage are done).
-//  - Two consumer warpgroups own 64 rows each. Per block: S = Q K^T by wgmma
-//    (Q and K from shared memory), each row masked to its own token's
-//    selection and causal limit, the online softmax in registers (log2 units),
-//    then O += P V by wgmma (P from registers, V from shared memory as an
-//    MN-major operand). A warpgroup none of whose tokens selected the block
-//    skips it.
+//  - A producer warp (of a warpgroup that hands its registers to the
+//    consumers) streams the union's blocks into two-slot rings, one for
+//    K tiles and one for V tiles (128 keys x 128 dims, each as two
+//    128-byte-swizzled TMA boxes of 64 dims, kv_maps.hpp). Every slot has a
+//    "full" mbarrier (the TMA's transaction count) and an "empty" one (one
+//    arrival per consumer warp once its wgmma reads of the slot are done), so a
+//    K slot is refilled as soon as both warpgroups have their scores.
+//  - Two consumer warpgroups own 64 rows each. Iteration i issues, as one
+//    group of wgmma, O += P(i-1) V(i-1) (P from registers, V an MN-major
+//    operand) and S(i) = Q K(i)^T (Q and K from shared memory), then masks
+//    S(i) to each row's own selection and causal limit and runs the online
+//    softmax (log2 units) while the other warpgroup's wgmma run: two named
+//    barriers pass the turn to issue between the warpgroups ("ping-pong"). A
+//    warpgroup none of whose tokens selected a block issues nothing for it.
 //  - Keys past the tile's last position in its last block may be unwritten
-//    (any bytes, NaN included): their scores are masked, and their V rows are
-//    zeroed in shared memory before use so that 0 x NaN never reaches O.
+//    (any bytes, NaN included): their scores are masked, and the producer
+//    warp zeroes that block's V rows past the last position before the
+//    consumers see the tile, so that 0 x NaN never reaches O.
 #pragma once
 
 #include <cuda.h>
@@ -36,20 +40,27 @@ namespace msa::cuda::attention {
 // Shape and shared-memory layout (byte offsets from the 1 KiB-aligned base).
 struct WgmmaTile {
   static constexpr int kConsumers = 2;                     // warpgroups of 64 rows
-  static constexpr int kThreads = kConsumers * 128 + 32;   // + the producer warp
-  static constexpr int kProducerWarp = kConsumers * 4;
-  static constexpr int kStages = 2;
+  static constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
+  static constexpr int kProducerWarp = kConsumers * 4;     // its first warp loads, the others leave
+  // Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 <= 64K.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = 232;
+  static constexpr int kSlots = 2;                         // per ring (K, V)
   static constexpr int kAtomBytes = kBlockKeys * 128;      // 16 KiB: 64 dims of 128 keys
   static constexpr int kPlaneBytes = 2 * kAtomBytes;       // 32 KiB: one K or V tile
   static constexpr int kQBytes = 64 * kDim * 2;            // 16 KiB: a warpgroup's 64 rows
   static constexpr int kQAtomBytes = 64 * 128;             // 8 KiB: 64 dims of 64 rows
   static constexpr int kQ = 0;                             // [kConsumers][2][64][64] MMA type
-  static constexpr int kStage = kQ + kConsumers * kQBytes;  // [kStages][K | V][2][128][64]
-  static constexpr int kBars = kStage + kStages * 2 * kPlaneBytes;  // uint64 full[2], empty[2]
-  static constexpr int kExtra = kBars + 64;                // TileMeta
+  static constexpr int kK = kQ + kConsumers * kQBytes;     // [kSlots][2][128][64]
+  static constexpr int kV = kK + kSlots * kPlaneBytes;     // [kSlots][2][128][64]
+  // uint64 mbarriers: full K [2], full V [2], empty K [2], empty V [2], tail
+  static constexpr int kBars = kV + kSlots * kPlaneBytes;
+  static constexpr int kExtra = kBars + 128;               // TileMeta
   static constexpr int kBytes = kExtra + TileMeta::kBytes + 1024;  // + alignment slack
+  // Named barriers: 0 is __syncthreads; warpgroup w waits on kTurn + w for its turn to issue.
+  static constexpr int kTurn = 1;
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
-  static_assert(kStage % 1024 == 0 && kPlaneBytes % 1024 == 0, "swizzled tiles need 1 KiB alignment");
+  static_assert(kK % 1024 == 0 && kPlaneBytes % 1024 == 0, "swizzled tiles need 1 KiB alignment");
 };
 
 // Map coordinate of dimension `dim` (1..3) for (head, page); the token axis starts at 0.
@@ -78,6 +89,77 @@ __device__ __forceinline__ void stage_wgmma_query(const AttendParams& p, const T
   }
 }
 
+// Zeroes the rows >= `keys` of a V tile (both 64-dim halves; a whole row is
+// zero whatever its swizzle), then the proxy fence (wgmma reads the tile).
+__device__ __forceinline__ void zero_v_rows(unsigned char* tile, int keys, int lane) {
+  const int chunks = (kBlockKeys - keys) * 16;
+  for (int idx = lane; idx < chunks; idx += 32) {
+    const int r = keys + (idx >> 4), c = idx & 15;
+    *reinterpret_cast<uint4*>(tile + (c >> 3) * WgmmaTile::kAtomBytes + r * 128 + ((c & 7) << 4)) =
+        make_uint4(0, 0, 0, 0);
+  }
+  sm90::fence_proxy_async();
+}
+
+// Online softmax of one block for the thread's two rows: masks the scores of
+// keys >= limit[i] (key index inside the block), rescales the running max m,
+// sum l and output o, and leaves P (the MMA type) as the A fragments of the
+// 8 k-steps of 16 keys in pa.
+//   sc: the 64 x 128 score fragment (rows lane/4 and lane/4 + 8 of the warp)
+template <bool kF16>
+__device__ __forceinline__ void softmax_block(float (&sc)[64], float (&o)[64], float (&m)[2], float (&l)[2],
+                                              std::uint32_t (&pa)[8][4], int limit0, int limit1, float scale,
+                                              int col) {
+  float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int key = 8 * j + col + e;
+      sc[4 * j + e] = key < limit0 ? sc[4 * j + e] * scale : -INFINITY;
+      sc[4 * j + 2 + e] = key < limit1 ? sc[4 * j + 2 + e] * scale : -INFINITY;
+      mx0 = fmaxf(mx0, sc[4 * j + e]);
+      mx1 = fmaxf(mx1, sc[4 * j + 2 + e]);
+    }
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float new0 = fmaxf(m[0], mx0), new1 = fmaxf(m[1], mx1);
+  const float use0 = new0 == -INFINITY ? 0.0f : new0, use1 = new1 == -INFINITY ? 0.0f : new1;
+  const float alpha0 = fast_exp2(m[0] - use0), alpha1 = fast_exp2(m[1] - use1);
+  m[0] = new0;
+  m[1] = new1;
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      sc[4 * j + e] = fast_exp2(sc[4 * j + e] - use0);
+      sc[4 * j + 2 + e] = fast_exp2(sc[4 * j + 2 + e] - use1);
+      sum0 += sc[4 * j + e];
+      sum1 += sc[4 * j + 2 + e];
+    }
+  }
+  l[0] = l[0] * alpha0 + sum0;
+  l[1] = l[1] * alpha1 + sum1;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    o[4 * j] *= alpha0;
+    o[4 * j + 1] *= alpha0;
+    o[4 * j + 2] *= alpha1;
+    o[4 * j + 3] *= alpha1;
+  }
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) {
+    pa[kk][0] = pack2<kF16>(sc[8 * kk], sc[8 * kk + 1]);
+    pa[kk][1] = pack2<kF16>(sc[8 * kk + 2], sc[8 * kk + 3]);
+    pa[kk][2] = pack2<kF16>(sc[8 * kk + 4], sc[8 * kk + 5]);
+    pa[kk][3] = pack2<kF16>(sc[8 * kk + 6], sc[8 * kk + 7]);
+  }
+}
+
 template <bool kF16>
 __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     attend_wgmma_tile_kernel(const __grid_constant__ AttendParams p, const __grid_constant__ KvMaps maps) {
@@ -94,15 +176,21 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   const auto* entry_page = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryPage);
   const auto* entry_mask = reinterpret_cast<const std::uint64_t*>(extra + TileMeta::kEntryMask);
   const std::uint32_t bars = smem_u32(smem + W::kBars);
-  auto full = [&](int s) { return bars + 8u * std::uint32_t(s); };
-  auto empty = [&](int s) { return bars + 8u * std::uint32_t(W::kStages + s); };
+  auto full_k = [&](int s) { return bars + 8u * std::uint32_t(s); };
+  auto full_v = [&](int s) { return bars + 8u * std::uint32_t(2 + s); };
+  auto empty_k = [&](int s) { return bars + 8u * std::uint32_t(4 + s); };
+  auto empty_v = [&](int s) { return bars + 8u * std::uint32_t(6 + s); };
+  const std::uint32_t tail_bar = bars + 64u;  // the tail block's own V load (one use)
 
   if (tid < t.count) s_pos[tid] = token_position(t.first + tid, t.seq, t.q0, t.q1);
   if (tid == W::kProducerWarp * 32) {
-    for (int s = 0; s < W::kStages; ++s) {
-      sm90::mbar_init(full(s), 1);
-      sm90::mbar_init(empty(s), W::kConsumers * 4);
+    for (int s = 0; s < W::kSlots; ++s) {
+      sm90::mbar_init(full_k(s), 1);
+      sm90::mbar_init(full_v(s), 1);
+      sm90::mbar_init(empty_k(s), W::kConsumers * 4);
+      sm90::mbar_init(empty_v(s), W::kConsumers * 4);
     }
+    sm90::mbar_init(tail_bar, 1);
     sm90::mbar_init_fence();
   }
   if (warp < W::kProducerWarp) {
@@ -111,32 +199,55 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   }
   __syncthreads();
   const int n = build_union<W::kThreads>(p, t, extra, tid);
+  int max_pos = -1;
+  for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, s_pos[tok]);
+  const int tail_block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
+  const int tail_keys = max_pos - tail_block * kBlockKeys + 1;  // keys of the tail block any row sees
 
-  if (warp == W::kProducerWarp) {
-    if (lane == 0) {
-      for (int i = 0; i < n; ++i) {
-        const int s = i % W::kStages;
-        if (i >= W::kStages) sm90::mbar_wait(empty(s), std::uint32_t((i / W::kStages - 1) & 1));
-        sm90::mbar_arrive_expect_tx(full(s), 2 * W::kPlaneBytes);
-        const int page = entry_page[i];
-        const int c1 = map_coord(maps, 1, t.head, page), c2 = map_coord(maps, 2, t.head, page),
-                  c3 = map_coord(maps, 3, t.head, page);
-        const std::uint32_t dst = smem_u32(smem + W::kStage + s * 2 * W::kPlaneBytes);
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          sm90::tma_load_4d(dst + half * W::kAtomBytes, &maps.k, full(s), 64 * half, c1, c2, c3);
-          sm90::tma_load_4d(dst + W::kPlaneBytes + half * W::kAtomBytes, &maps.v, full(s), 64 * half, c1, c2, c3);
+  if (warp >= W::kProducerWarp) {
+    sm90::regs_dec<W::kProducerRegs>();
+    if (warp != W::kProducerWarp) return;
+    // K(i) waits for K(i - 2)'s slot, V(i) for V(i - 2)'s; each slot's phases alternate.
+    for (int i = 0; i < n; ++i) {
+      const int s = i % W::kSlots;
+      const std::uint32_t parity = std::uint32_t((i / W::kSlots - 1) & 1);
+      const int page = entry_page[i];
+      const int c1 = map_coord(maps, 1, t.head, page), c2 = map_coord(maps, 2, t.head, page),
+                c3 = map_coord(maps, 3, t.head, page);
+      const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
+      const std::uint32_t v_dst = smem_u32(smem + W::kV + s * W::kPlaneBytes);
+      if (lane == 0) {
+        if (i >= W::kSlots) sm90::mbar_wait(empty_k(s), parity);
+        sm90::mbar_arrive_expect_tx(full_k(s), W::kPlaneBytes);
+        sm90::tma_load_4d(k_dst, &maps.k, full_k(s), 0, c1, c2, c3);
+        sm90::tma_load_4d(k_dst + W::kAtomBytes, &maps.k, full_k(s), 64, c1, c2, c3);
+        if (i >= W::kSlots) sm90::mbar_wait(empty_v(s), parity);
+      }
+      __syncwarp();
+      if (entry_block[i] == tail_block && tail_keys < kBlockKeys) {
+        // Loaded on its own barrier, its unwritten rows zeroed, then published.
+        if (lane == 0) {
+          sm90::mbar_arrive_expect_tx(tail_bar, W::kPlaneBytes);
+          sm90::tma_load_4d(v_dst, &maps.v, tail_bar, 0, c1, c2, c3);
+          sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, tail_bar, 64, c1, c2, c3);
         }
+        sm90::mbar_wait(tail_bar, 0);
+        zero_v_rows(smem + W::kV + s * W::kPlaneBytes, tail_keys, lane);
+        __syncwarp();
+        if (lane == 0) sm90::mbar_arrive(full_v(s));
+      } else if (lane == 0) {
+        sm90::mbar_arrive_expect_tx(full_v(s), W::kPlaneBytes);
+        sm90::tma_load_4d(v_dst, &maps.v, full_v(s), 0, c1, c2, c3);
+        sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, full_v(s), 64, c1, c2, c3);
       }
     }
     return;
   }
 
   // ---- consumers: warpgroup wg owns rows 64 wg .. 64 wg + 63 ----
+  sm90::regs_inc<W::kConsumerRegs>();
   const int wg = warp >> 2;
   const int row0 = 64 * wg + 16 * (warp & 3) + (lane >> 2);  // the thread's rows: row0, row0 + 8
-  int max_pos = -1;
-  for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, s_pos[tok]);
   int pos[2];
   std::uint64_t bit[2];
 #pragma unroll
@@ -148,120 +259,93 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   std::uint64_t wg_tokens = 0;  // tokens with rows in this warpgroup
   for (int tok = (64 * wg) / p.group; tok <= (64 * wg + 63) / p.group && tok < t.count; ++tok)
     wg_tokens |= std::uint64_t(1) << tok;
-  const int tail_block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
-  const int tail_keys = max_pos - tail_block * kBlockKeys + 1;  // keys of the tail block any row sees
 
   const float scale = p.score_scale_log2;
   const int col = 2 * (lane & 3);
   const std::uint32_t q_base = smem_u32(smem + W::kQ + wg * W::kQBytes);
-  float o[64];
+  const std::uint32_t k_base = smem_u32(smem + W::kK), v_base = smem_u32(smem + W::kV);
+  float o[64], sc[64];
 #pragma unroll
-  for (int j = 0; j < 64; ++j) o[j] = 0.0f;
+  for (int j = 0; j < 64; ++j) o[j] = sc[j] = 0.0f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-
-  for (int i = 0; i < n; ++i) {
-    const int s = i % W::kStages;
-    sm90::mbar_wait(full(s), std::uint32_t((i / W::kStages) & 1));
-    unsigned char* k_tile = smem + W::kStage + s * 2 * W::kPlaneBytes;
-    unsigned char* v_tile = k_tile + W::kPlaneBytes;
-    const int block = entry_block[i];
-    if (block == tail_block && tail_keys < kBlockKeys) {  // uniform over the consumers
-      const int chunks = (kBlockKeys - tail_keys) * 16;
-      for (int idx = tid; idx < chunks; idx += W::kConsumers * 128) {
-        const int r = tail_keys + (idx >> 4), c = idx & 15;
-        *reinterpret_cast<uint4*>(v_tile + (c >> 3) * W::kAtomBytes + r * 128 + ((c & 7) << 4)) =
-            make_uint4(0, 0, 0, 0);
-      }
-      sm90::fence_proxy_async();
-      sm90::named_barrier(1, W::kConsumers * 128);
-    }
-    const std::uint64_t mask = entry_mask[i];
-    if ((mask & wg_tokens) != 0) {
-      const std::uint32_t k_addr = smem_u32(k_tile), v_addr = smem_u32(v_tile);
-      float sc[64];
+  std::uint32_t pa[8][4];
 #pragma unroll
-      for (int j = 0; j < 64; ++j) sc[j] = 0.0f;
-      sm90::fence_registers(sc);
-      sm90::wgmma_fence();
+  for (int kk = 0; kk < 8; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0;
+
+  // The turn to issue starts with warpgroup 0; each warpgroup passes it on
+  // after issuing, and warpgroup 1 does not pass it after the last round.
+  constexpr int kPeers = W::kConsumers * 128;
+  if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kPeers);
+  bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
+  for (int i = 0; i <= n; ++i) {
+    const bool active = i < n && (entry_mask[i] & wg_tokens) != 0;
+    const int s = i % W::kSlots, sp = (i + W::kSlots - 1) % W::kSlots;
+    if (i < n) sm90::mbar_wait(full_k(s), std::uint32_t((i / W::kSlots) & 1));
+    if (prev_active) sm90::mbar_wait(full_v(sp), std::uint32_t(((i - 1) / W::kSlots) & 1));
+    sm90::named_barrier_sync(W::kTurn + wg, kPeers);
+    // Each combination issues straight-line wgmma (no branch inside a group).
+    auto issue_pv = [&] {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        const std::uint64_t b = sm90::sw128_desc(v_base + sp * W::kPlaneBytes + kk * 2048, W::kAtomBytes, 1024);
+        sm90::wgmma_rs<kF16>(o, pa[kk], b, 1);
+      }
+    };
+    auto issue_qk = [&] {
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {
         const std::uint64_t a = sm90::sw128_desc(q_base + (kk >> 2) * W::kQAtomBytes + (kk & 3) * 32, 16, 1024);
-        const std::uint64_t b = sm90::sw128_desc(k_addr + (kk >> 2) * W::kAtomBytes + (kk & 3) * 32, 16, 1024);
+        const std::uint64_t b =
+            sm90::sw128_desc(k_base + s * W::kPlaneBytes + (kk >> 2) * W::kAtomBytes + (kk & 3) * 32, 16, 1024);
         sm90::wgmma_ss<kF16>(sc, a, b, kk > 0 ? 1 : 0);
       }
+    };
+    auto pass_turn = [&] {
+      if (!(wg == 1 && i == n)) sm90::named_barrier_arrive(W::kTurn + (1 - wg), kPeers);
+    };
+    if (prev_active && active) {
+      sm90::fence_registers(o);
+      sm90::fence_registers(sc);
+      sm90::wgmma_fence();
+      issue_pv();
+      issue_qk();
       sm90::wgmma_commit();
-      sm90::fence_registers(sc);
+      pass_turn();
       sm90::wgmma_wait<0>();
+      sm90::fence_registers(o);
       sm90::fence_registers(sc);
-
-      // Mask to each row's selection and causal limit, then the online softmax.
-      const int base = block * kBlockKeys;
-      const int limit0 = (mask & bit[0]) != 0 ? pos[0] - base + 1 : 0;
-      const int limit1 = (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0;
-      float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = 8 * j + col + e;
-          sc[4 * j + e] = key < limit0 ? sc[4 * j + e] * scale : -INFINITY;
-          sc[4 * j + 2 + e] = key < limit1 ? sc[4 * j + 2 + e] * scale : -INFINITY;
-          mx0 = fmaxf(mx0, sc[4 * j + e]);
-          mx1 = fmaxf(mx1, sc[4 * j + 2 + e]);
-        }
-      }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float new0 = fmaxf(m[0], mx0), new1 = fmaxf(m[1], mx1);
-      const float use0 = new0 == -INFINITY ? 0.0f : new0, use1 = new1 == -INFINITY ? 0.0f : new1;
-      const float alpha0 = fast_exp2(m[0] - use0), alpha1 = fast_exp2(m[1] - use1);
-      m[0] = new0;
-      m[1] = new1;
-      float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          sc[4 * j + e] = fast_exp2(sc[4 * j + e] - use0);
-          sc[4 * j + 2 + e] = fast_exp2(sc[4 * j + 2 + e] - use1);
-          sum0 += sc[4 * j + e];
-          sum1 += sc[4 * j + 2 + e];
-        }
-      }
-      l[0] = l[0] * alpha0 + sum0;
-      l[1] = l[1] * alpha1 + sum1;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        o[4 * j] *= alpha0;
-        o[4 * j + 1] *= alpha0;
-        o[4 * j + 2] *= alpha1;
-        o[4 * j + 3] *= alpha1;
-      }
-      // P as the A fragments of the 8 k-steps of 16 keys.
-      std::uint32_t pa[8][4];
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
-        pa[kk][0] = pack2<kF16>(sc[8 * kk], sc[8 * kk + 1]);
-        pa[kk][1] = pack2<kF16>(sc[8 * kk + 2], sc[8 * kk + 3]);
-        pa[kk][2] = pack2<kF16>(sc[8 * kk + 4], sc[8 * kk + 5]);
-        pa[kk][3] = pack2<kF16>(sc[8 * kk + 6], sc[8 * kk + 7]);
-      }
+    } else if (prev_active) {
       sm90::fence_registers(o);
       sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {
-        const std::uint64_t b = sm90::sw128_desc(v_addr + kk * 2048, W::kAtomBytes, 1024);
-        sm90::wgmma_rs<kF16>(o, pa[kk], b, 1);
-      }
+      issue_pv();
       sm90::wgmma_commit();
-      sm90::fence_registers(o);
+      pass_turn();
       sm90::wgmma_wait<0>();
       sm90::fence_registers(o);
+    } else if (active) {
+      sm90::fence_registers(sc);
+      sm90::wgmma_fence();
+      issue_qk();
+      sm90::wgmma_commit();
+      pass_turn();
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(sc);
+    } else {
+      pass_turn();
     }
     __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(empty(s));
+    if (lane == 0) {
+      if (i > 0) sm90::mbar_arrive(empty_v(sp));
+      if (i < n) sm90::mbar_arrive(empty_k(s));
+    }
+    if (active) {
+      const int base = entry_block[i] * kBlockKeys;
+      const std::uint64_t mask = entry_mask[i];
+      const int limit0 = (mask & bit[0]) != 0 ? pos[0] - base + 1 : 0;
+      const int limit1 = (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0;
+      softmax_block<kF16>(sc, o, m, l, pa, limit0, limit1, scale, col);
+    }
+    prev_active = active;
   }
 
   // Epilogue: rows normalised by their sums; 0 and -inf for rows that attended nothing.

@@ -115,6 +115,17 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const std::uint32_t (&a
   }
 }
 
+// Registers per thread of the calling warpgroup (all its threads execute it):
+// dec hands registers back, inc waits until the CTA's pool has them.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 // ---- mbarriers ------------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(std::uint32_t bar, std::uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -159,9 +170,13 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// Barrier `id` (1..15) over the first `threads` threads (a multiple of 32).
-__device__ __forceinline__ void named_barrier(int id, int threads) {
+// Named barrier `id` (1..15) of `threads` threads (a multiple of 32): sync
+// waits for all of them; arrive counts this warp in without waiting.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace msa::cuda::attention::sm90
