@@ -102,48 +102,58 @@ __device__ __forceinline__ void zero_v_rows(unsigned char* tile, int keys, int l
 }
 
 // Online softmax of one block for the thread's two rows: masks the scores of
-// keys >= limit[i] (key index inside the block), rescales the running max m,
-// sum l and output o, and leaves P (the MMA type) as the A fragments of the
-// 8 k-steps of 16 keys in pa.
+// keys >= limit[i] (key index inside the block; kMasked false: every key is
+// visible to both rows), rescales the running max m, sum l and output o, and
+// leaves P (the MMA type) as the A fragments of the 8 k-steps of 16 keys in pa.
+// The scale is folded into the exponent (one FFMA per score), which needs
+// scale > 0 (a masked -inf score then gives exactly 0); the caller takes
+// softmax_block_any otherwise.
 //   sc: the 64 x 128 score fragment (rows lane/4 and lane/4 + 8 of the warp)
-template <bool kF16>
+template <bool kF16, bool kMasked>
 __device__ __forceinline__ void softmax_block(float (&sc)[64], float (&o)[64], float (&m)[2], float (&l)[2],
                                               std::uint32_t (&pa)[8][4], int limit0, int limit1, float scale,
                                               int col) {
-  float mx0 = -INFINITY, mx1 = -INFINITY;
+  // Four partial maxima / sums per row: short dependency chains.
+  float px0[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, px1[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int key = 8 * j + col + e;
-      sc[4 * j + e] = key < limit0 ? sc[4 * j + e] * scale : -INFINITY;
-      sc[4 * j + 2 + e] = key < limit1 ? sc[4 * j + 2 + e] * scale : -INFINITY;
-      mx0 = fmaxf(mx0, sc[4 * j + e]);
-      mx1 = fmaxf(mx1, sc[4 * j + 2 + e]);
+      if constexpr (kMasked) {
+        const int key = 8 * j + col + e;
+        sc[4 * j + e] = key < limit0 ? sc[4 * j + e] : -INFINITY;
+        sc[4 * j + 2 + e] = key < limit1 ? sc[4 * j + 2 + e] : -INFINITY;
+      }
+      const int a = (2 * j + e) & 3;
+      px0[a] = fmaxf(px0[a], sc[4 * j + e]);
+      px1[a] = fmaxf(px1[a], sc[4 * j + 2 + e]);
     }
   }
+  float mx0 = fmaxf(fmaxf(px0[0], px0[1]), fmaxf(px0[2], px0[3]));
+  float mx1 = fmaxf(fmaxf(px1[0], px1[1]), fmaxf(px1[2], px1[3]));
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
   mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
   mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-  const float new0 = fmaxf(m[0], mx0), new1 = fmaxf(m[1], mx1);
+  const float new0 = fmaxf(m[0], mx0 * scale), new1 = fmaxf(m[1], mx1 * scale);
   const float use0 = new0 == -INFINITY ? 0.0f : new0, use1 = new1 == -INFINITY ? 0.0f : new1;
   const float alpha0 = fast_exp2(m[0] - use0), alpha1 = fast_exp2(m[1] - use1);
   m[0] = new0;
   m[1] = new1;
-  float sum0 = 0.0f, sum1 = 0.0f;
+  float ps0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ps1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      sc[4 * j + e] = fast_exp2(sc[4 * j + e] - use0);
-      sc[4 * j + 2 + e] = fast_exp2(sc[4 * j + 2 + e] - use1);
-      sum0 += sc[4 * j + e];
-      sum1 += sc[4 * j + 2 + e];
+      const int a = (2 * j + e) & 3;
+      sc[4 * j + e] = fast_exp2(fmaf(sc[4 * j + e], scale, -use0));
+      sc[4 * j + 2 + e] = fast_exp2(fmaf(sc[4 * j + 2 + e], scale, -use1));
+      ps0[a] += sc[4 * j + e];
+      ps1[a] += sc[4 * j + 2 + e];
     }
   }
-  l[0] = l[0] * alpha0 + sum0;
-  l[1] = l[1] * alpha1 + sum1;
+  l[0] = l[0] * alpha0 + ((ps0[0] + ps0[1]) + (ps0[2] + ps0[3]));
+  l[1] = l[1] * alpha1 + ((ps1[0] + ps1[1]) + (ps1[2] + ps1[3]));
 #pragma unroll
   for (int j = 0; j < 16; ++j) {
     o[4 * j] *= alpha0;
@@ -158,6 +168,17 @@ __device__ __forceinline__ void softmax_block(float (&sc)[64], float (&o)[64], f
     pa[kk][2] = pack2<kF16>(sc[8 * kk + 4], sc[8 * kk + 5]);
     pa[kk][3] = pack2<kF16>(sc[8 * kk + 6], sc[8 * kk + 7]);
   }
+}
+
+// The same for any scale (zero or negative included): scores are scaled
+// before the mask and the max.
+template <bool kF16>
+__device__ __forceinline__ void softmax_block_any(float (&sc)[64], float (&o)[64], float (&m)[2], float (&l)[2],
+                                                  std::uint32_t (&pa)[8][4], int limit0, int limit1, float scale,
+                                                  int col) {
+#pragma unroll
+  for (int j = 0; j < 64; ++j) sc[j] *= scale;
+  softmax_block<kF16, true>(sc, o, m, l, pa, limit0, limit1, 1.0f, col);
 }
 
 template <bool kF16>
@@ -343,7 +364,11 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const std::uint64_t mask = entry_mask[i];
       const int limit0 = (mask & bit[0]) != 0 ? pos[0] - base + 1 : 0;
       const int limit1 = (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0;
-      softmax_block<kF16>(sc, o, m, l, pa, limit0, limit1, scale, col);
+      if (!(scale > 0.0f)) softmax_block_any<kF16>(sc, o, m, l, pa, limit0, limit1, scale, col);
+      else if (limit0 >= kBlockKeys && limit1 >= kBlockKeys)
+        softmax_block<kF16, false>(sc, o, m, l, pa, limit0, limit1, scale, col);
+      else
+        softmax_block<kF16, true>(sc, o, m, l, pa, limit0, limit1, scale, col);
     }
     prev_active = active;
   }

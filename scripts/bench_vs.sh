@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the same `msa bench` cases on this tree and on an earlier commit, on a
+# GPU machine (the device tool), for before/after figures in bench/RESULTS.md.
+#
+#   bash scripts/bench_vs.sh OLD_COMMIT "BENCH ARGS" [NAME]
+#
+# Builds msa_cli here (build-gpu) and at OLD_COMMIT (a git worktree under
+# /tmp, with this tree's bench sources tools/msa/cuda/bench_* copied in so
+# that both binaries know the same cases and count the same way), then runs `msa bench BENCH ARGS` with both, writing
+# $OUT/NAME_new.json and $OUT/NAME_old.json and the tables to $OUT/logs.
+set -uo pipefail
+OLD=$1; ARGS=$2; NAME=${3:-bench}
+OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/logs"
+build() {  # build DIR SRC
+  cmake -S "$2" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMSA_CUDA=ON -DMSA_TESTS=OFF >/dev/null &&
+    cmake --build "$1" -j 16 --target msa_cli >"$OUT/logs/build_$(basename "$1").log" 2>&1
+}
+if [[ ! -d /tmp/msa_old ]]; then
+  git worktree add -f /tmp/msa_old "$OLD" >/dev/null 2>&1 || { echo "no worktree for $OLD"; exit 1; }
+  cp tools/msa/cuda/bench_* /tmp/msa_old/tools/msa/cuda/
+fi
+build build-gpu . & build /tmp/msa_old/build /tmp/msa_old & wait
+[[ -x build-gpu/msa && -x /tmp/msa_old/build/msa ]] || { tail -20 "$OUT"/logs/build_*.log; exit 1; }
+# shellcheck disable=SC2086
+build-gpu/msa bench $ARGS --json "$OUT/${NAME}_new.json" >"$OUT/logs/${NAME}_new.txt" 2>&1
+# shellcheck disable=SC2086
+/tmp/msa_old/build/msa bench $ARGS --json "$OUT/${NAME}_old.json" >"$OUT/logs/${NAME}_old.txt" 2>&1
+echo "== new"; cat "$OUT/logs/${NAME}_new.txt"; echo "== old ($OLD)"; cat "$OUT/logs/${NAME}_old.txt"
