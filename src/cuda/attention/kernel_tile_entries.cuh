@@ -16,24 +16,37 @@ namespace msa::cuda::attention {
 
 inline constexpr int kTileThreads = kTileRows / 16 * 32;  // 8 warps, 16 rows each
 
-// The [extra] area of the token-tile layout (byte offsets from L::kExtra).
-// The union is built through a hash set of the tile's ids (open addressing,
-// kTileHashSlots slots, at most kTileMaxPairs keys).
+// The [extra] area of the token-tile layout (byte offsets from L::kExtra): the
+// scratch of the union builder, then the tile's list (what the attention
+// reads). The union is built through a hash set of the tile's ids (open
+// addressing, kTileHashSlots slots, at most kTileMaxPairs keys).
 inline constexpr int kTileHashSlots = 2 * kTileMaxPairs;
 static_assert(kTileHashSlots == 1024, "build_union hashes ids to 10 bits");
-struct TileMeta {
-  static constexpr int kHashMask = 0;                                  // uint64 [1024] tokens selecting the slot's id
-  static constexpr int kEntryMask = kHashMask + kTileHashSlots * 8;    // uint64 [512] tokens selecting entry e
-  static constexpr int kHashKey = kEntryMask + kTileMaxPairs * 8;      // int32 [1024] id in the slot or -1
-  static constexpr int kPairId = kHashKey + kTileHashSlots * 4;        // int32 [512] usable id of pair or -1
-  static constexpr int kDistinct = kPairId + kTileMaxPairs * 4;        // int32 [512] slots in use (any order)
-  static constexpr int kGoodId = kDistinct + kTileMaxPairs * 4;        // int32 [512] their ids, INT32_MAX if bad page
-  static constexpr int kGoodPage = kGoodId + kTileMaxPairs * 4;        // int32 [512] their pages
-  static constexpr int kEntryBlock = kGoodPage + kTileMaxPairs * 4;    // int32 [512] union, ascending block ids
-  static constexpr int kEntryPage = kEntryBlock + kTileMaxPairs * 4;   // int32 [512] their pages
-  static constexpr int kPos = kEntryPage + kTileMaxPairs * 4;          // int32 [64] position of tile token t or -1
-  static constexpr int kScalars = kPos + kTileMaxTokens * 4;           // int32 [4]: entries, distinct ids
+struct UnionScratch {
+  static constexpr int kHashMask = 0;                              // uint64 [1024] tokens selecting the slot's id
+  static constexpr int kHashKey = kHashMask + kTileHashSlots * 8;  // int32 [1024] id in the slot or -1
+  static constexpr int kPairId = kHashKey + kTileHashSlots * 4;    // int32 [512] usable id of pair or -1
+  static constexpr int kDistinct = kPairId + kTileMaxPairs * 4;    // int32 [512] slots in use (any order)
+  static constexpr int kGoodId = kDistinct + kTileMaxPairs * 4;    // int32 [512] their ids, INT32_MAX if bad page
+  static constexpr int kGoodPage = kGoodId + kTileMaxPairs * 4;    // int32 [512] their pages
+  static constexpr int kBytes = kGoodPage + kTileMaxPairs * 4;
+};
+struct TileList {
+  static constexpr int kEntryMask = 0;                                // uint64 [512] tokens selecting entry e
+  static constexpr int kEntryBlock = kEntryMask + kTileMaxPairs * 8;  // int32 [512] union, ascending block ids
+  static constexpr int kEntryPage = kEntryBlock + kTileMaxPairs * 4;  // int32 [512] their pages
+  static constexpr int kPos = kEntryPage + kTileMaxPairs * 4;         // int32 [64] position of tile token t or -1
+  static constexpr int kScalars = kPos + kTileMaxTokens * 4;          // int32 [4]: entries, distinct ids
   static constexpr int kBytes = kScalars + 16;
+};
+struct TileMeta {
+  static constexpr int kScratch = 0;
+  static constexpr int kList = UnionScratch::kBytes;
+  static constexpr int kEntryMask = kList + TileList::kEntryMask;
+  static constexpr int kEntryBlock = kList + TileList::kEntryBlock;
+  static constexpr int kEntryPage = kList + TileList::kEntryPage;
+  static constexpr int kPos = kList + TileList::kPos;
+  static constexpr int kBytes = kList + TileList::kBytes;
 };
 
 template <KvKind kKind>
@@ -94,8 +107,8 @@ __device__ __forceinline__ TileWork tile_of_cta(const AttendParams& p, std::int6
   return t;
 }
 
-// The union of the tile's selected blocks, built by the whole CTA into the
-// [extra] area; returns the number of entries (after a __syncthreads). A pair
+// The union of the tile's selected blocks, built by kWorkers threads into the
+// tile list; returns the number of entries (after a sync). A pair
 // (token t, entry k) is usable when its id is valid (>= 0), eligible (<= p_t /
 // 128, inside the block table) and its page is inside the cache; repeats in a
 // row count once. Ineligible ids and bad pages are recorded in the DeviceCheck.
@@ -104,22 +117,23 @@ __device__ __forceinline__ TileWork tile_of_cta(const AttendParams& p, std::int6
 // loop that stops early: the ids go into a shared hash set (the token masks
 // OR-ed into their slots), the distinct ids are listed, their pages looked up,
 // and each good one is placed by its rank among them.
-// kCtaThreads: the CTA's threads (all of them take part).
-//   s_pos: [count] token positions (-1: the token attends nothing), already set
-template <int kCtaThreads = kTileThreads>
-__device__ __forceinline__ int build_union(const AttendParams& p, const TileWork& t, unsigned char* extra,
-                                           int tid) {
-  auto* hash_mask = reinterpret_cast<unsigned long long*>(extra + TileMeta::kHashMask);
-  auto* entry_mask = reinterpret_cast<std::uint64_t*>(extra + TileMeta::kEntryMask);
-  auto* hash_key = reinterpret_cast<int*>(extra + TileMeta::kHashKey);
-  auto* pair_id = reinterpret_cast<std::int32_t*>(extra + TileMeta::kPairId);
-  auto* distinct = reinterpret_cast<std::int32_t*>(extra + TileMeta::kDistinct);
-  auto* good_id = reinterpret_cast<std::int32_t*>(extra + TileMeta::kGoodId);
-  auto* good_page = reinterpret_cast<std::int32_t*>(extra + TileMeta::kGoodPage);
-  auto* entry_block = reinterpret_cast<std::int32_t*>(extra + TileMeta::kEntryBlock);
-  auto* entry_page = reinterpret_cast<std::int32_t*>(extra + TileMeta::kEntryPage);
-  const auto* s_pos = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kPos);
-  auto* scalars = reinterpret_cast<int*>(extra + TileMeta::kScalars);
+// kWorkers threads take part (tid in [0, kWorkers)), `sync` joins them all.
+//   scratch: UnionScratch; list: TileList whose positions [count] are already
+//   set (-1: the token attends nothing)
+template <int kWorkers, class Sync>
+__device__ __forceinline__ int build_union_with(const AttendParams& p, const TileWork& t, unsigned char* scratch,
+                                                unsigned char* list, int tid, Sync sync) {
+  auto* hash_mask = reinterpret_cast<unsigned long long*>(scratch + UnionScratch::kHashMask);
+  auto* hash_key = reinterpret_cast<int*>(scratch + UnionScratch::kHashKey);
+  auto* pair_id = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kPairId);
+  auto* distinct = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kDistinct);
+  auto* good_id = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kGoodId);
+  auto* good_page = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kGoodPage);
+  auto* entry_mask = reinterpret_cast<std::uint64_t*>(list + TileList::kEntryMask);
+  auto* entry_block = reinterpret_cast<std::int32_t*>(list + TileList::kEntryBlock);
+  auto* entry_page = reinterpret_cast<std::int32_t*>(list + TileList::kEntryPage);
+  const auto* s_pos = reinterpret_cast<const std::int32_t*>(list + TileList::kPos);
+  auto* scalars = reinterpret_cast<int*>(list + TileList::kScalars);
 
   const int topk = p.topk_count;
   const int pairs = t.count * topk;  // <= kTileMaxPairs (tile_tokens)
@@ -127,12 +141,12 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
   const std::int32_t* table = p.table + std::int64_t(table_ok ? t.request : 0) * p.table_stride;
 
   // The raw ids, checked against each token's own eligible range; an empty set.
-  for (int h = tid; h < kTileHashSlots; h += kCtaThreads) {
+  for (int h = tid; h < kTileHashSlots; h += kWorkers) {
     hash_key[h] = -1;
     hash_mask[h] = 0;
   }
   if (tid == 0) scalars[0] = scalars[1] = 0;
-  for (int i = tid; i < pairs; i += kCtaThreads) {
+  for (int i = tid; i < pairs; i += kWorkers) {
     const int tok = i / topk, k = i - tok * topk;
     const int pos = s_pos[tok];
     int id = -1;
@@ -150,10 +164,10 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
     }
     pair_id[i] = id;
   }
-  __syncthreads();
+  sync();
 
   // Into the set: linear probing from a multiplicative hash (at most half full).
-  for (int i = tid; i < pairs; i += kCtaThreads) {
+  for (int i = tid; i < pairs; i += kWorkers) {
     const int id = pair_id[i];
     if (id < 0) continue;
     unsigned h = (unsigned(id) * 2654435761u) >> 22;  // 10 bits: kTileHashSlots = 1024
@@ -164,10 +178,10 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
     }
     atomicOr(&hash_mask[h], 1ull << (i / topk));
   }
-  __syncthreads();
+  sync();
 
   // The distinct ids (slot order), each with its page; bad pages drop out.
-  for (int h = tid; h < kTileHashSlots; h += kCtaThreads) {
+  for (int h = tid; h < kTileHashSlots; h += kWorkers) {
     const int id = hash_key[h];
     if (id < 0) continue;
     const int u = atomicAdd(&scalars[1], 1);
@@ -181,11 +195,11 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
       detail::record_bad(p.check, detail::kBadBlockTable, t.request, id, 0, page, p.num_pages);
     }
   }
-  __syncthreads();
+  sync();
 
   // Each good id goes to its rank among the good ids: ascending block order.
   const int n_distinct = scalars[1];
-  for (int u = tid; u < n_distinct; u += kCtaThreads) {
+  for (int u = tid; u < n_distinct; u += kWorkers) {
     const int id = good_id[u];
     if (id == 0x7fffffff) continue;
     int rank = 0;
@@ -196,8 +210,16 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
     entry_mask[rank] = hash_mask[h];
     atomicAdd(&scalars[0], 1);
   }
-  __syncthreads();
+  sync();
   return scalars[0];
+}
+
+// build_union_with over the whole CTA (kCtaThreads threads) and the [extra] area.
+template <int kCtaThreads = kTileThreads>
+__device__ __forceinline__ int build_union(const AttendParams& p, const TileWork& t, unsigned char* extra,
+                                           int tid) {
+  return build_union_with<kCtaThreads>(p, t, extra + TileMeta::kScratch, extra + TileMeta::kList, tid,
+                                       [] { __syncthreads(); });
 }
 
 }  // namespace msa::cuda::attention
