@@ -17,6 +17,7 @@
 
 #include "cuda/attention/kernel.cuh"
 #include "cuda/attention/kernel_tile_entries.cuh"
+#include "cuda/attention/kernel_tile_query.cuh"
 
 namespace msa::cuda::attention {
 
@@ -28,13 +29,7 @@ __device__ __forceinline__ void stage_tile_query(const AttendParams& p, const Ti
   for (int it = 0; it < kTileRows * 16 / kTileThreads; ++it) {
     const int idx = tid + it * kTileThreads;
     const int row = idx >> 4, c = idx & 15;
-    const int tok = row / p.group, g = row - tok * p.group;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (tok < t.count) {
-      const std::int64_t qh = std::int64_t(t.head) * p.group + g;
-      v = load_query_chunk<kF16>(p, (std::int64_t(t.first + tok) * p.num_q_heads + qh) * kDim + 8 * c);
-    }
-    *reinterpret_cast<uint4*>(q_tile + tile_offset(row, c)) = v;
+    *reinterpret_cast<uint4*>(q_tile + tile_offset(row, c)) = tile_query_chunk<kF16>(p, t, row, c);
   }
 }
 
@@ -71,11 +66,8 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
   if (t.request < 0) return;  // a tile number no request uses (uniform over the CTA)
 
   unsigned char* extra = smem + L::kExtra;
-  auto* s_pos = reinterpret_cast<std::int32_t*>(extra + TileMeta::kPos);
-  const auto* entry_block = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryBlock);
-  const auto* entry_page = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryPage);
-  const auto* entry_mask = reinterpret_cast<const std::uint64_t*>(extra + TileMeta::kEntryMask);
-  if (tid < t.count) s_pos[tid] = token_position(t.first + tid, t.seq, t.q0, t.q1);
+  const TileEntries entries = tile_entries(extra);
+  if (tid < t.count) entries.pos[tid] = token_position(t.first + tid, t.seq, t.q0, t.q1);
 
   const Stager<kKind, kF16, L, kTileThreads> stager{smem, p, t.head, tid};
   stager.build_lut();
@@ -88,11 +80,11 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
   int pos[2];
   std::uint64_t bit[2];
   int max_pos = -1;
-  for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, s_pos[tok]);
+  for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, entries.pos[tok]);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int tok = (row0 + 8 * i) / p.group;
-    pos[i] = tok < t.count ? s_pos[tok] : -1;
+    pos[i] = tok < t.count ? entries.pos[tok] : -1;
     bit[i] = pos[i] >= 0 ? std::uint64_t(1) << tok : 0;
   }
   const std::uint64_t mine = bit[0] | bit[1];
@@ -107,15 +99,15 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
 
   // Keys of entry i to load: those <= the tile's last position.
   auto load_keys = [&](int i) {
-    const int v = max_pos - entry_block[i] * kBlockKeys + 1;
+    const int v = max_pos - entries.block[i] * kBlockKeys + 1;
     return v < kBlockKeys ? v : kBlockKeys;
   };
   const float* k_scales = stager.k_token_scales();
   const float* v_scales = stager.v_token_scales();
   auto compute = [&](int i, int stage) {
-    const std::uint64_t mask = entry_mask[i];
+    const std::uint64_t mask = entries.mask[i];
     if ((mask & warp_tokens) == 0) return;  // none of the warp's tokens selected the block
-    const int base = entry_block[i] * kBlockKeys;
+    const int base = entries.block[i] * kBlockKeys;
     const int limit[2] = {(mask & bit[0]) != 0 ? pos[0] - base + 1 : 0,
                           (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0};
     if constexpr (kPassKeys == 128) {
@@ -134,7 +126,7 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
 
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    if (s < n) stager.issue(s, entry_page[s], load_keys(s));
+    if (s < n) stager.issue(s, entries.page[s], load_keys(s));
     cp_async_commit();
   }
   for (int i = 0; i < n; ++i) {
@@ -144,13 +136,13 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
     if constexpr (L::kConverted) {
       stager.widen(stage, load_keys(i));
       __syncthreads();
-      if (i + kStages < n) stager.issue(stage, entry_page[i + kStages], load_keys(i + kStages));
+      if (i + kStages < n) stager.issue(stage, entries.page[i + kStages], load_keys(i + kStages));
       cp_async_commit();
     }
     compute(i, stage);
     __syncthreads();
     if constexpr (!L::kConverted) {
-      if (i + kStages < n) stager.issue(stage, entry_page[i + kStages], load_keys(i + kStages));
+      if (i + kStages < n) stager.issue(stage, entries.page[i + kStages], load_keys(i + kStages));
       cp_async_commit();
     }
   }

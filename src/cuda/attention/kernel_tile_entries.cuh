@@ -49,6 +49,20 @@ struct TileMeta {
   static constexpr int kBytes = kList + TileList::kBytes;
 };
 
+// The tile list of the [extra] area, as the attention reads it.
+struct TileEntries {
+  std::int32_t* pos;            // [count] position of tile token t, or -1
+  const std::int32_t* block;    // [entries] the union, ascending block ids
+  const std::int32_t* page;     // [entries] their pages
+  const std::uint64_t* mask;    // [entries] the tile's tokens that selected each
+};
+__device__ __forceinline__ TileEntries tile_entries(unsigned char* extra) {
+  return {reinterpret_cast<std::int32_t*>(extra + TileMeta::kPos),
+          reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryBlock),
+          reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryPage),
+          reinterpret_cast<const std::uint64_t*>(extra + TileMeta::kEntryMask)};
+}
+
 template <KvKind kKind>
 using TileLayout = SmemLayout<kKind, 2, kTileRows, TileMeta::kBytes>;
 

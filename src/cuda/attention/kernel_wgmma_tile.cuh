@@ -32,6 +32,7 @@
 
 #include "cuda/attention/kernel.cuh"
 #include "cuda/attention/kernel_tile_entries.cuh"
+#include "cuda/attention/kernel_tile_query.cuh"
 #include "cuda/attention/kv_maps.hpp"
 #include "cuda/attention/wgmma.cuh"
 
@@ -77,12 +78,7 @@ __device__ __forceinline__ void stage_wgmma_query(const AttendParams& p, const T
 #pragma unroll 2
   for (int idx = tid; idx < kChunks; idx += WgmmaTile::kConsumers * 128) {
     const int row = idx >> 4, c = idx & 15;
-    const int tok = row / p.group, g = row - tok * p.group;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (tok < t.count) {
-      const std::int64_t qh = std::int64_t(t.head) * p.group + g;
-      v = load_query_chunk<kF16>(p, (std::int64_t(t.first + tok) * p.num_q_heads + qh) * kDim + 8 * c);
-    }
+    const uint4 v = tile_query_chunk<kF16>(p, t, row, c);
     const int wg = row >> 6, r = row & 63;
     const int at = wg * WgmmaTile::kQBytes + (c >> 3) * WgmmaTile::kQAtomBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
     *reinterpret_cast<uint4*>(q + at) = v;
@@ -192,10 +188,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   if (t.request < 0) return;  // a tile number no request uses (uniform over the CTA)
 
   unsigned char* extra = smem + W::kExtra;
-  auto* s_pos = reinterpret_cast<std::int32_t*>(extra + TileMeta::kPos);
-  const auto* entry_block = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryBlock);
-  const auto* entry_page = reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryPage);
-  const auto* entry_mask = reinterpret_cast<const std::uint64_t*>(extra + TileMeta::kEntryMask);
+  const TileEntries entries = tile_entries(extra);
   const std::uint32_t bars = smem_u32(smem + W::kBars);
   auto full_k = [&](int s) { return bars + 8u * std::uint32_t(s); };
   auto full_v = [&](int s) { return bars + 8u * std::uint32_t(2 + s); };
@@ -203,7 +196,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   auto empty_v = [&](int s) { return bars + 8u * std::uint32_t(6 + s); };
   const std::uint32_t tail_bar = bars + 64u;  // the tail block's own V load (one use)
 
-  if (tid < t.count) s_pos[tid] = token_position(t.first + tid, t.seq, t.q0, t.q1);
+  if (tid < t.count) entries.pos[tid] = token_position(t.first + tid, t.seq, t.q0, t.q1);
   if (tid == W::kProducerWarp * 32) {
     for (int s = 0; s < W::kSlots; ++s) {
       sm90::mbar_init(full_k(s), 1);
@@ -221,7 +214,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   __syncthreads();
   const int n = build_union<W::kThreads>(p, t, extra, tid);
   int max_pos = -1;
-  for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, s_pos[tok]);
+  for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, entries.pos[tok]);
   const int tail_block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
   const int tail_keys = max_pos - tail_block * kBlockKeys + 1;  // keys of the tail block any row sees
 
@@ -232,7 +225,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     for (int i = 0; i < n; ++i) {
       const int s = i % W::kSlots;
       const std::uint32_t parity = std::uint32_t((i / W::kSlots - 1) & 1);
-      const int page = entry_page[i];
+      const int page = entries.page[i];
       const int c1 = map_coord(maps, 1, t.head, page), c2 = map_coord(maps, 2, t.head, page),
                 c3 = map_coord(maps, 3, t.head, page);
       const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
@@ -245,7 +238,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
         if (i >= W::kSlots) sm90::mbar_wait(empty_v(s), parity);
       }
       __syncwarp();
-      if (entry_block[i] == tail_block && tail_keys < kBlockKeys) {
+      if (entries.block[i] == tail_block && tail_keys < kBlockKeys) {
         // Loaded on its own barrier, its unwritten rows zeroed, then published.
         if (lane == 0) {
           sm90::mbar_arrive_expect_tx(tail_bar, W::kPlaneBytes);
@@ -274,7 +267,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int tok = (row0 + 8 * i) / p.group;
-    pos[i] = tok < t.count ? s_pos[tok] : -1;
+    pos[i] = tok < t.count ? entries.pos[tok] : -1;
     bit[i] = pos[i] >= 0 ? std::uint64_t(1) << tok : 0;
   }
   std::uint64_t wg_tokens = 0;  // tokens with rows in this warpgroup
@@ -299,7 +292,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kPeers);
   bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
   for (int i = 0; i <= n; ++i) {
-    const bool active = i < n && (entry_mask[i] & wg_tokens) != 0;
+    const bool active = i < n && (entries.mask[i] & wg_tokens) != 0;
     const int s = i % W::kSlots, sp = (i + W::kSlots - 1) % W::kSlots;
     if (i < n) sm90::mbar_wait(full_k(s), std::uint32_t((i / W::kSlots) & 1));
     if (prev_active) sm90::mbar_wait(full_v(sp), std::uint32_t(((i - 1) / W::kSlots) & 1));
@@ -360,8 +353,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       if (i < n) sm90::mbar_arrive(empty_k(s));
     }
     if (active) {
-      const int base = entry_block[i] * kBlockKeys;
-      const std::uint64_t mask = entry_mask[i];
+      const int base = entries.block[i] * kBlockKeys;
+      const std::uint64_t mask = entries.mask[i];
       const int limit0 = (mask & bit[0]) != 0 ? pos[0] - base + 1 : 0;
       const int limit1 = (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0;
       if (!(scale > 0.0f)) softmax_block_any<kF16>(sc, o, m, l, pa, limit0, limit1, scale, col);
