@@ -75,6 +75,21 @@ std::vector<Case> tile_cases() {
     c.small = q == DType::fp16;
     add(c);
   }
+  {  // fp8 caches through the wgmma kernel (widened by its producer): fp16 MMA, small
+    Case c = named("tiles_fp8_e4m3_tensor_fp16_small");
+    c.kv = DType::fp8_e4m3, c.scales = ScaleMode::per_tensor, c.q = DType::fp16;
+    c.requests = small + std::vector<RequestShape>{{129, 127}};
+    c.small = true;
+    add(c);
+  }
+  {
+    Case c = named("tiles_fp8_e5m2_tensor_g8_nhd_small");
+    c.kv = DType::fp8_e5m2, c.scales = ScaleMode::per_tensor, c.layout = Layout::nhd;
+    c.q_heads = 16, c.kv_heads = 2;
+    c.requests = small + std::vector<RequestShape>{{33, 250}};
+    c.small = true;
+    add(c);
+  }
   {
     Case c = named("tiles_fp8_query");
     c.q = DType::fp8_e4m3, c.kv = DType::fp8_e4m3;

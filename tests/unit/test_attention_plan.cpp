@@ -181,7 +181,7 @@ TEST(AttentionPlan, TokenTilesOnlyForUnsplitPrefillWithEnoughRows) {
   EXPECT_TRUE(use_token_tiles(16, 16, s.prefill));
 }
 
-TEST(AttentionPlan, WgmmaTilesForHalfCachesWithWholeTokensPerWarpgroup) {
+TEST(AttentionPlan, WgmmaTilesForWholeTokensPerWarpgroup) {
   namespace att = msa::cuda::attention;
   // MiniMax-M3 per-rank shapes (G 16) at top-k 16 and 64: 8 tokens x 16 rows.
   EXPECT_TRUE(att::use_wgmma_tiles(true, 16, tile_tokens(16, 16)));
@@ -191,7 +191,7 @@ TEST(AttentionPlan, WgmmaTilesForHalfCachesWithWholeTokensPerWarpgroup) {
   EXPECT_FALSE(att::use_wgmma_tiles(true, 8, tile_tokens(8, 64)));  // 8 tokens: 64 rows
   EXPECT_FALSE(att::use_wgmma_tiles(true, 12, tile_tokens(12, 16)));  // 120 rows, tokens across warpgroups
   EXPECT_FALSE(att::use_wgmma_tiles(true, 1, tile_tokens(1, 16)));  // 32 rows
-  EXPECT_FALSE(att::use_wgmma_tiles(false, 16, tile_tokens(16, 16)));  // fp8 / nvfp4 caches
+  EXPECT_FALSE(att::use_wgmma_tiles(false, 16, tile_tokens(16, 16)));  // nvfp4, fp8 with token scales
   att::wgmma_tiles_override = 1;  // tests force the mma.sync tiles
   EXPECT_FALSE(att::use_wgmma_tiles(true, 16, tile_tokens(16, 16)));
   att::wgmma_tiles_override = 0;

@@ -200,7 +200,7 @@ void prepare_kernels(const AttentionShape& shape) {
     constexpr bool kF16 = decltype(fp16)::value;
     prepare_attend<kKind, kF16>();
     prepare_attend_tiles<kKind, kF16>();
-    if constexpr (kKind == KvKind::half) prepare_attend_wgmma_tiles<kF16>();
+    if constexpr (kKind != KvKind::nvfp4) prepare_attend_wgmma_tiles<kKind, kF16>();
   });
 }
 
@@ -258,11 +258,15 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
   }
   if (tiles_ctas > 0) {
     p.tile_tokens = tokens_per_tile;
-    const bool half_cache = args.cache.dtype == DType::bf16 || args.cache.dtype == DType::fp16;
+    const DType kv = args.cache.dtype;
+    const bool wgmma_cache = kv == DType::bf16 || kv == DType::fp16 ||
+                             (is_fp8(kv) && args.cache.scale_mode != ScaleMode::per_token_head);
     KvMaps maps;
-    if (use_wgmma_tiles(half_cache, group, tokens_per_tile) && make_kv_maps(args.cache, maps)) {
-      if (args.cache.dtype == DType::fp16) launch_attend_wgmma_tiles<true>(p, maps, tiles_ctas, s);
-      else launch_attend_wgmma_tiles<false>(p, maps, tiles_ctas, s);
+    if (use_wgmma_tiles(wgmma_cache, group, tokens_per_tile) && make_kv_maps(args.cache, maps)) {
+      dispatch(kv, f16, "attend", [&](auto kind, auto fp16) {
+        constexpr KvKind kKind = decltype(kind)::value;
+        if constexpr (kKind != KvKind::nvfp4) launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, tiles_ctas, s);
+      });
     } else {
       p.tile_pass_keys = tile_pass_keys();
       launch<true>(p, args.cache.dtype, f16, tiles_ctas, s);

@@ -139,15 +139,16 @@ inline std::int64_t tile_ctas(std::int64_t prefill_tokens, int num_requests, int
   return (prefill_tokens / tokens_per_tile + num_requests) * num_kv_heads;
 }
 
-// Token tiles of a bf16 / fp16 cache run on the wgmma kernel
-// (kernel_wgmma_tile.cuh: two warpgroups of 64 rows, TMA loads) when a tile is
-// exactly 128 rows and a warpgroup holds whole tokens (G in 2, 4, 8, 16 with
-// few enough top-k entries); otherwise, and when the cache layout has no TMA
-// map, on the mma.sync tile kernel. wgmma_tiles_override = 1 forces the
-// mma.sync kernel (tests run both).
+// Token tiles run on the wgmma kernel (kernel_wgmma_tile.cuh: two warpgroups
+// of 64 rows, TMA loads) for bf16 / fp16 caches and fp8 caches without
+// per-token scales (`wgmma_cache`), when a tile is exactly 128 rows and a
+// warpgroup holds whole tokens (G in 2, 4, 8, 16 with few enough top-k
+// entries); otherwise, and when the cache layout has no TMA map, on the
+// mma.sync tile kernel. wgmma_tiles_override = 1 forces the mma.sync kernel
+// (tests run both).
 inline std::atomic<int> wgmma_tiles_override{0};
-inline bool use_wgmma_tiles(bool half_cache, int group, int tokens_per_tile) {
-  return half_cache && wgmma_tiles_override.load(std::memory_order_relaxed) != 1 && group > 0 && 64 % group == 0 &&
+inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
+  return wgmma_cache && wgmma_tiles_override.load(std::memory_order_relaxed) != 1 && group > 0 && 64 % group == 0 &&
          group * tokens_per_tile == kTileRows;
 }
 

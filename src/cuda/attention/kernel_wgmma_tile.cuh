@@ -43,9 +43,11 @@ struct WgmmaTile {
   static constexpr int kConsumers = 2;                     // warpgroups of 64 rows
   static constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
   static constexpr int kProducerWarp = kConsumers * 4;     // its first warp loads, the others leave
-  // Registers per thread after the split (setmaxnreg): 128 x 40 + 256 x 232 <= 64K.
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  // Registers per thread after the split (setmaxnreg), 128 x producer + 256 x
+  // consumer <= 64K: the fp8 producer widens rows and needs more than the
+  // bf16 / fp16 one, which only issues TMA.
+  static constexpr int producer_regs(KvKind kind) { return kind == KvKind::half ? 40 : 56; }
+  static constexpr int consumer_regs(KvKind kind) { return kind == KvKind::half ? 232 : 224; }
   static constexpr int kSlots = 2;                         // per ring (K, V)
   static constexpr int kAtomBytes = kBlockKeys * 128;      // 16 KiB: 64 dims of 128 keys
   static constexpr int kPlaneBytes = 2 * kAtomBytes;       // 32 KiB: one K or V tile
@@ -58,8 +60,10 @@ struct WgmmaTile {
   static constexpr int kBars = kV + kSlots * kPlaneBytes;
   static constexpr int kExtra = kBars + 128;               // TileMeta
   static constexpr int kBytes = kExtra + TileMeta::kBytes + 1024;  // + alignment slack
-  // Named barriers: 0 is __syncthreads; warpgroup w waits on kTurn + w for its turn to issue.
+  // Named barriers: 0 is __syncthreads; warpgroup w waits on kTurn + w for its
+  // turn to issue; the producer warpgroup (fp8 widening) syncs on kWidenBar.
   static constexpr int kTurn = 1;
+  static constexpr int kWidenBar = 3;
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
   static_assert(kK % 1024 == 0 && kPlaneBytes % 1024 == 0, "swizzled tiles need 1 KiB alignment");
 };
@@ -177,7 +181,137 @@ __device__ __forceinline__ void softmax_block_any(float (&sc)[64], float (&o)[64
   softmax_block<kF16, true>(sc, o, m, l, pa, limit0, limit1, 1.0f, col);
 }
 
-template <bool kF16>
+// The kernel's mbarriers (shared addresses), 8 bytes each from WgmmaTile::kBars.
+struct WgmmaBars {
+  std::uint32_t base;
+  __device__ std::uint32_t full_k(int s) const { return base + 8u * std::uint32_t(s); }       // K slot ready
+  __device__ std::uint32_t full_v(int s) const { return base + 8u * std::uint32_t(2 + s); }   // V slot ready
+  __device__ std::uint32_t empty_k(int s) const { return base + 8u * std::uint32_t(4 + s); }  // K slot read
+  __device__ std::uint32_t empty_v(int s) const { return base + 8u * std::uint32_t(6 + s); }  // V slot read
+  __device__ std::uint32_t tail() const { return base + 64u; }  // bf16 / fp16: the tail V tile's own load
+  __device__ std::uint32_t raw_k(int s) const { return base + 8u * std::uint32_t(9 + s); }    // fp8 K bytes landed
+  __device__ std::uint32_t raw_v(int s) const { return base + 8u * std::uint32_t(11 + s); }   // fp8 V bytes landed
+};
+
+// bf16 / fp16 producer (one warp): K and V of every union block by TMA straight
+// into the slots. K(i) waits for K(i - 2)'s slot, V(i) for V(i - 2)'s; each
+// slot's phases alternate. The tail block's V goes through its own barrier so
+// that the warp can zero its unwritten rows before publishing it.
+__device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
+                                                 int tail_block, int tail_keys, unsigned char* smem,
+                                                 const WgmmaBars& bar, int lane) {
+  using W = WgmmaTile;
+  for (int i = 0; i < n; ++i) {
+    const int s = i % W::kSlots;
+    const std::uint32_t parity = std::uint32_t((i / W::kSlots - 1) & 1);
+    const int page = entries.page[i];
+    const int c1 = map_coord(maps, 1, head, page), c2 = map_coord(maps, 2, head, page),
+              c3 = map_coord(maps, 3, head, page);
+    const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
+    const std::uint32_t v_dst = smem_u32(smem + W::kV + s * W::kPlaneBytes);
+    if (lane == 0) {
+      if (i >= W::kSlots) sm90::mbar_wait(bar.empty_k(s), parity);
+      sm90::mbar_arrive_expect_tx(bar.full_k(s), W::kPlaneBytes);
+      sm90::tma_load_4d(k_dst, &maps.k, bar.full_k(s), 0, c1, c2, c3);
+      sm90::tma_load_4d(k_dst + W::kAtomBytes, &maps.k, bar.full_k(s), 64, c1, c2, c3);
+      if (i >= W::kSlots) sm90::mbar_wait(bar.empty_v(s), parity);
+    }
+    __syncwarp();
+    if (entries.block[i] == tail_block && tail_keys < kBlockKeys) {
+      if (lane == 0) {
+        sm90::mbar_arrive_expect_tx(bar.tail(), W::kPlaneBytes);
+        sm90::tma_load_4d(v_dst, &maps.v, bar.tail(), 0, c1, c2, c3);
+        sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, bar.tail(), 64, c1, c2, c3);
+      }
+      sm90::mbar_wait(bar.tail(), 0);
+      zero_v_rows(smem + W::kV + s * W::kPlaneBytes, tail_keys, lane);
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(bar.full_v(s));
+    } else if (lane == 0) {
+      sm90::mbar_arrive_expect_tx(bar.full_v(s), W::kPlaneBytes);
+      sm90::tma_load_4d(v_dst, &maps.v, bar.full_v(s), 0, c1, c2, c3);
+      sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, bar.full_v(s), 64, c1, c2, c3);
+    }
+  }
+}
+
+// Widens row r of an fp8 K or V slot in place: the raw row (128 codes at
+// slot + kAtomBytes + 128 r, where the TMA put it: the slot's upper half) to
+// the MMA type in the swizzled layout, dims 0-63 into the lower half, dims
+// 64-127 over the raw rows. The second half lands exactly on raw row r, which
+// this thread has read by then; no other row is touched. zero: a zero row.
+template <KvKind kKind, bool kF16>
+__device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero) {
+  const unsigned char* raw = slot + WgmmaTile::kAtomBytes + r * 128;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint4 in[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      in[j] = zero ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4*>(raw + 64 * half + 16 * j);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {  // 16-byte output chunk c: codes 8c .. 8c + 7 of this half
+      const std::uint32_t lo = (c & 1) ? in[c >> 1].z : in[c >> 1].x;
+      const std::uint32_t hi = (c & 1) ? in[c >> 1].w : in[c >> 1].y;
+      auto widen = [](std::uint32_t two) {
+        const auto codes = std::uint16_t(two);
+        return f16x2_to_mma<kF16>(kKind == KvKind::e4m3 ? e4m3x2_to_f16x2(codes) : e5m2x2_to_f16x2(codes));
+      };
+      const uint4 out = make_uint4(widen(lo & 0xffffu), widen(lo >> 16), widen(hi & 0xffffu), widen(hi >> 16));
+      *reinterpret_cast<uint4*>(slot + half * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) = out;
+    }
+  }
+}
+
+// fp8 producer (the whole warpgroup, ptid 0..127): its thread 0 loads the raw
+// K and V tiles of each block by TMA into the slots' upper halves (K(i + 1)
+// as soon as its slot is free, V(i + 1) once V(i) is published, so that no
+// wait closes a cycle with the consumers), every thread widens one K row and
+// one V row per block (the tail block's V rows past the last position read as
+// zero), and K and V are published apart.
+template <KvKind kKind, bool kF16>
+__device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
+                                                 int tail_block, int tail_keys, unsigned char* smem,
+                                                 const WgmmaBars& bar, int ptid) {
+  using W = WgmmaTile;
+  constexpr int kRawBytes = kBlockKeys * kDim;  // 16 KiB of codes per tile
+  auto issue = [&](int plane, int i) {          // thread 0 only
+    const int s = i % W::kSlots;
+    const std::uint32_t raw_bar = plane ? bar.raw_v(s) : bar.raw_k(s);
+    if (i >= W::kSlots)
+      sm90::mbar_wait(plane ? bar.empty_v(s) : bar.empty_k(s), std::uint32_t((i / W::kSlots - 1) & 1));
+    const int page = entries.page[i];
+    sm90::mbar_arrive_expect_tx(raw_bar, kRawBytes);
+    sm90::tma_load_4d(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + W::kAtomBytes),
+                      plane ? &maps.v : &maps.k, raw_bar, 0, map_coord(maps, 1, head, page),
+                      map_coord(maps, 2, head, page), map_coord(maps, 3, head, page));
+  };
+  if (ptid == 0 && n > 0) {
+    issue(0, 0);
+    issue(1, 0);
+  }
+  for (int i = 0; i < n; ++i) {
+    const int s = i % W::kSlots;
+    const std::uint32_t parity = std::uint32_t((i / W::kSlots) & 1);
+    if (ptid == 0 && i + 1 < n) issue(0, i + 1);
+    sm90::mbar_wait(bar.raw_k(s), parity);
+    widen_row<kKind, kF16>(smem + W::kK + s * W::kPlaneBytes, ptid, false);
+    sm90::fence_proxy_async();
+    sm90::named_barrier_sync(W::kWidenBar, 128);
+    if (ptid == 0) sm90::mbar_arrive(bar.full_k(s));
+    sm90::mbar_wait(bar.raw_v(s), parity);
+    widen_row<kKind, kF16>(smem + W::kV + s * W::kPlaneBytes, ptid,
+                           entries.block[i] == tail_block && ptid >= tail_keys);
+    sm90::fence_proxy_async();
+    sm90::named_barrier_sync(W::kWidenBar, 128);
+    if (ptid == 0) {
+      sm90::mbar_arrive(bar.full_v(s));
+      if (i + 1 < n) issue(1, i + 1);
+    }
+  }
+}
+
+template <KvKind kKind, bool kF16>
 __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     attend_wgmma_tile_kernel(const __grid_constant__ AttendParams p, const __grid_constant__ KvMaps maps) {
   using W = WgmmaTile;
@@ -189,22 +323,19 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
 
   unsigned char* extra = smem + W::kExtra;
   const TileEntries entries = tile_entries(extra);
-  const std::uint32_t bars = smem_u32(smem + W::kBars);
-  auto full_k = [&](int s) { return bars + 8u * std::uint32_t(s); };
-  auto full_v = [&](int s) { return bars + 8u * std::uint32_t(2 + s); };
-  auto empty_k = [&](int s) { return bars + 8u * std::uint32_t(4 + s); };
-  auto empty_v = [&](int s) { return bars + 8u * std::uint32_t(6 + s); };
-  const std::uint32_t tail_bar = bars + 64u;  // the tail block's own V load (one use)
+  const WgmmaBars bar{smem_u32(smem + W::kBars)};
 
   if (tid < t.count) entries.pos[tid] = token_position(t.first + tid, t.seq, t.q0, t.q1);
   if (tid == W::kProducerWarp * 32) {
     for (int s = 0; s < W::kSlots; ++s) {
-      sm90::mbar_init(full_k(s), 1);
-      sm90::mbar_init(full_v(s), 1);
-      sm90::mbar_init(empty_k(s), W::kConsumers * 4);
-      sm90::mbar_init(empty_v(s), W::kConsumers * 4);
+      sm90::mbar_init(bar.full_k(s), 1);
+      sm90::mbar_init(bar.full_v(s), 1);
+      sm90::mbar_init(bar.empty_k(s), W::kConsumers * 4);
+      sm90::mbar_init(bar.empty_v(s), W::kConsumers * 4);
+      sm90::mbar_init(bar.raw_k(s), 1);
+      sm90::mbar_init(bar.raw_v(s), 1);
     }
-    sm90::mbar_init(tail_bar, 1);
+    sm90::mbar_init(bar.tail(), 1);
     sm90::mbar_init_fence();
   }
   if (warp < W::kProducerWarp) {
@@ -219,47 +350,19 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   const int tail_keys = max_pos - tail_block * kBlockKeys + 1;  // keys of the tail block any row sees
 
   if (warp >= W::kProducerWarp) {
-    sm90::regs_dec<W::kProducerRegs>();
-    if (warp != W::kProducerWarp) return;
-    // K(i) waits for K(i - 2)'s slot, V(i) for V(i - 2)'s; each slot's phases alternate.
-    for (int i = 0; i < n; ++i) {
-      const int s = i % W::kSlots;
-      const std::uint32_t parity = std::uint32_t((i / W::kSlots - 1) & 1);
-      const int page = entries.page[i];
-      const int c1 = map_coord(maps, 1, t.head, page), c2 = map_coord(maps, 2, t.head, page),
-                c3 = map_coord(maps, 3, t.head, page);
-      const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
-      const std::uint32_t v_dst = smem_u32(smem + W::kV + s * W::kPlaneBytes);
-      if (lane == 0) {
-        if (i >= W::kSlots) sm90::mbar_wait(empty_k(s), parity);
-        sm90::mbar_arrive_expect_tx(full_k(s), W::kPlaneBytes);
-        sm90::tma_load_4d(k_dst, &maps.k, full_k(s), 0, c1, c2, c3);
-        sm90::tma_load_4d(k_dst + W::kAtomBytes, &maps.k, full_k(s), 64, c1, c2, c3);
-        if (i >= W::kSlots) sm90::mbar_wait(empty_v(s), parity);
-      }
-      __syncwarp();
-      if (entries.block[i] == tail_block && tail_keys < kBlockKeys) {
-        // Loaded on its own barrier, its unwritten rows zeroed, then published.
-        if (lane == 0) {
-          sm90::mbar_arrive_expect_tx(tail_bar, W::kPlaneBytes);
-          sm90::tma_load_4d(v_dst, &maps.v, tail_bar, 0, c1, c2, c3);
-          sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, tail_bar, 64, c1, c2, c3);
-        }
-        sm90::mbar_wait(tail_bar, 0);
-        zero_v_rows(smem + W::kV + s * W::kPlaneBytes, tail_keys, lane);
-        __syncwarp();
-        if (lane == 0) sm90::mbar_arrive(full_v(s));
-      } else if (lane == 0) {
-        sm90::mbar_arrive_expect_tx(full_v(s), W::kPlaneBytes);
-        sm90::tma_load_4d(v_dst, &maps.v, full_v(s), 0, c1, c2, c3);
-        sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, full_v(s), 64, c1, c2, c3);
-      }
+    sm90::regs_dec<W::producer_regs(kKind)>();
+    if constexpr (kKind == KvKind::half) {
+      if (warp == W::kProducerWarp)
+        load_half_blocks(maps, entries, n, t.head, tail_block, tail_keys, smem, bar, lane);
+    } else {
+      widen_fp8_blocks<kKind, kF16>(maps, entries, n, t.head, tail_block, tail_keys, smem, bar,
+                                    tid - W::kProducerWarp * 32);
     }
     return;
   }
 
   // ---- consumers: warpgroup wg owns rows 64 wg .. 64 wg + 63 ----
-  sm90::regs_inc<W::kConsumerRegs>();
+  sm90::regs_inc<W::consumer_regs(kKind)>();
   const int wg = warp >> 2;
   const int row0 = 64 * wg + 16 * (warp & 3) + (lane >> 2);  // the thread's rows: row0, row0 + 8
   int pos[2];
@@ -294,8 +397,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   for (int i = 0; i <= n; ++i) {
     const bool active = i < n && (entries.mask[i] & wg_tokens) != 0;
     const int s = i % W::kSlots, sp = (i + W::kSlots - 1) % W::kSlots;
-    if (i < n) sm90::mbar_wait(full_k(s), std::uint32_t((i / W::kSlots) & 1));
-    if (prev_active) sm90::mbar_wait(full_v(sp), std::uint32_t(((i - 1) / W::kSlots) & 1));
+    if (i < n) sm90::mbar_wait(bar.full_k(s), std::uint32_t((i / W::kSlots) & 1));
+    if (prev_active) sm90::mbar_wait(bar.full_v(sp), std::uint32_t(((i - 1) / W::kSlots) & 1));
     sm90::named_barrier_sync(W::kTurn + wg, kPeers);
     // Each combination issues straight-line wgmma (no branch inside a group).
     auto issue_pv = [&] {
@@ -349,8 +452,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     }
     __syncwarp();
     if (lane == 0) {
-      if (i > 0) sm90::mbar_arrive(empty_v(sp));
-      if (i < n) sm90::mbar_arrive(empty_k(s));
+      if (i > 0) sm90::mbar_arrive(bar.empty_v(sp));
+      if (i < n) sm90::mbar_arrive(bar.empty_k(s));
     }
     if (active) {
       const int base = entries.block[i] * kBlockKeys;
@@ -388,25 +491,25 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
 }
 
 // Raises the kernel's dynamic shared-memory limit, once per device.
-template <bool kF16>
+template <KvKind kKind, bool kF16>
 void prepare_attend_wgmma_tiles() {
   static std::atomic<std::uint64_t> done{0};  // bit d: device d prepared
   int device = 0;
   MSA_CUDA_CHECK(cudaGetDevice(&device));
   const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
   if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_wgmma_tile_kernel<kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_wgmma_tile_kernel<kKind, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       WgmmaTile::kBytes));
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
 // Launches the wgmma token-tile kernel over `ctas` CTAs (heuristics.hpp,
 // tile_ctas; p.tile_tokens x p.group = 128).
-template <bool kF16>
+template <KvKind kKind, bool kF16>
 void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, std::int64_t ctas,
                                cudaStream_t stream) {
-  prepare_attend_wgmma_tiles<kF16>();
-  attend_wgmma_tile_kernel<kF16>
+  prepare_attend_wgmma_tiles<kKind, kF16>();
+  attend_wgmma_tile_kernel<kKind, kF16>
       <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);
   MSA_CUDA_CHECK_LAUNCH();
 }

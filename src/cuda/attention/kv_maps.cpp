@@ -32,7 +32,9 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 }  // namespace
 
 bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
-  if (c.dtype != DType::bf16 && c.dtype != DType::fp16) return false;
+  const bool half = c.dtype == DType::bf16 || c.dtype == DType::fp16;
+  if (!half && !is_fp8(c.dtype)) return false;
+  const std::int64_t eb = half ? 2 : 1;  // element bytes
   if (c.num_pages <= 0 || c.num_kv_heads <= 0 || c.k == nullptr || c.v == nullptr) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
   if (encode == nullptr) return false;
@@ -42,13 +44,13 @@ bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
     std::int64_t extent;
     std::int64_t stride_bytes;
   };
-  std::array<Axis, 3> axes = {Axis{0, kBlockSize, c.token_stride * 2}, Axis{1, c.num_kv_heads, c.head_stride * 2},
-                              Axis{2, c.num_pages, c.page_stride * 2}};
+  std::array<Axis, 3> axes = {Axis{0, kBlockSize, c.token_stride * eb}, Axis{1, c.num_kv_heads, c.head_stride * eb},
+                              Axis{2, c.num_pages, c.page_stride * eb}};
   std::stable_sort(axes.begin(), axes.end(),
                    [](const Axis& a, const Axis& b) { return a.stride_bytes < b.stride_bytes; });
   cuuint64_t dims[4] = {128, 0, 0, 0};
   cuuint64_t strides[3] = {};
-  cuuint32_t box[4] = {64, 1, 1, 1};
+  cuuint32_t box[4] = {half ? 64u : 128u, 1, 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   for (int i = 0; i < 3; ++i) {
     const Axis& a = axes[std::size_t(i)];
@@ -64,11 +66,13 @@ bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
       maps.page_dim = i + 1;
     }
   }
-  const CUtensorMapDataType type =
-      c.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = c.dtype == DType::bf16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : c.dtype == DType::fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  const CUtensorMapSwizzle swizzle = half ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE;
   for (int plane = 0; plane < 2; ++plane) {
     const CUresult r = encode(plane == 0 ? &maps.k : &maps.v, type, 4, plane == 0 ? c.k : c.v, dims, strides, box,
-                              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) return false;
   }

@@ -1,5 +1,6 @@
 // Launcher of the wgmma token-tile kernel (kernel_wgmma_tile.cuh), instanced in
-// instance_wgmma_tiles.cu for bf16 (kF16 false) and fp16 (true) caches.
+// instance_wgmma_tiles_*.cu for bf16 / fp16 caches (KvKind::half, the cache's
+// own MMA type) and fp8 caches (e4m3 / e5m2 widened to bf16, or fp16 when kF16).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,17 +12,22 @@
 
 namespace msa::cuda::attention {
 
-template <bool kF16>
+template <KvKind kKind, bool kF16>
 void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, std::int64_t ctas, cudaStream_t stream);
 
-template <bool kF16>
+template <KvKind kKind, bool kF16>
 void prepare_attend_wgmma_tiles();
 
-extern template void launch_attend_wgmma_tiles<false>(const AttendParams&, const KvMaps&, std::int64_t,
-                                                      cudaStream_t);
-extern template void launch_attend_wgmma_tiles<true>(const AttendParams&, const KvMaps&, std::int64_t,
-                                                     cudaStream_t);
-extern template void prepare_attend_wgmma_tiles<false>();
-extern template void prepare_attend_wgmma_tiles<true>();
+#define MSA_WGMMA_TILES_EXTERN(KIND, F16)                                                                   \
+  extern template void launch_attend_wgmma_tiles<KIND, F16>(const AttendParams&, const KvMaps&, std::int64_t, \
+                                                            cudaStream_t);                                  \
+  extern template void prepare_attend_wgmma_tiles<KIND, F16>();
+MSA_WGMMA_TILES_EXTERN(KvKind::half, false)
+MSA_WGMMA_TILES_EXTERN(KvKind::half, true)
+MSA_WGMMA_TILES_EXTERN(KvKind::e4m3, false)
+MSA_WGMMA_TILES_EXTERN(KvKind::e4m3, true)
+MSA_WGMMA_TILES_EXTERN(KvKind::e5m2, false)
+MSA_WGMMA_TILES_EXTERN(KvKind::e5m2, true)
+#undef MSA_WGMMA_TILES_EXTERN
 
 }  // namespace msa::cuda::attention
