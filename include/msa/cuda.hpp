@@ -59,6 +59,32 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
 void select_topk(const StepView& step, const float* scores, std::int32_t max_blocks,
                  const IndexerArgs& args, Stream stream);
 
+// ---- k2q: the key-major inversion of the top-k lists (contract 7) ---------------
+// The plan of msa::build_k2q (include/msa/k2q.hpp) built on the device, with no
+// host round trip: for each KV head h and (request r, block b) a row
+// h * num_rows + row_start[r] + b listing, ascending, the tokens that selected
+// b, with each edge's slot (the column k of topk[t, h, k]). Deterministic (a
+// stable sort of the edges by row). A token's valid entries are the prefix
+// before its first -1; an id that is not eligible (> p / 128, or past the
+// request's blocks) is skipped and recorded in the DeviceCheck, and a repeat of
+// an earlier entry of the same list counts once (msa::build_k2q throws on both).
+struct K2QDevicePlan {
+  std::int64_t* offsets = nullptr;  // [num_kv_heads * num_rows + 1] CSR offsets; the last is nnz
+  std::int32_t* tokens = nullptr;   // [num_tokens * num_kv_heads * topk] (first nnz used)
+  std::int32_t* slots = nullptr;    // [num_tokens * num_kv_heads * topk] (first nnz used)
+  std::int32_t* counts = nullptr;   // [num_tokens, num_kv_heads] edges placed per list
+};
+// Device scratch that build_k2q needs; num_rows = sum over requests of
+// ceil(seq_len / 128) (BatchMetadata::num_blocks), the rows of one KV head.
+std::size_t k2q_workspace_bytes(std::int32_t num_tokens, std::int32_t num_requests, int num_kv_heads, int topk,
+                                std::int64_t num_rows);
+// Builds the plan for every token of the step. The device seq_lens must give
+// num_rows rows (entries whose row would fall past them are skipped and
+// recorded). Allocates nothing, never synchronizes the host.
+void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std::int64_t num_rows,
+               const K2QDevicePlan& plan, void* workspace, std::size_t workspace_bytes, Stream stream,
+               const DeviceCheck& check = {});
+
 // ---- sparse attention ----------------------------------------------------------
 // What a plan depends on. A captured decode graph stays valid while these and
 // the token count stay the same.
