@@ -197,6 +197,18 @@ TEST(AttentionPlan, WgmmaTilesForWholeTokensPerWarpgroup) {
   att::wgmma_tiles_override = 0;
 }
 
+TEST(AttentionPlan, WgmmaCachesAreHalfAndPerTensorFp8) {
+  namespace att = msa::cuda::attention;
+  using msa::DType;
+  using msa::ScaleMode;
+  EXPECT_TRUE(att::wgmma_cache(DType::bf16, ScaleMode::none));
+  EXPECT_TRUE(att::wgmma_cache(DType::fp16, ScaleMode::none));
+  EXPECT_TRUE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_tensor));
+  EXPECT_TRUE(att::wgmma_cache(DType::fp8_e5m2, ScaleMode::per_tensor));
+  EXPECT_FALSE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_token_head));
+  EXPECT_FALSE(att::wgmma_cache(DType::nvfp4, ScaleMode::none));
+}
+
 TEST(AttentionPlan, TilePassKeysDefaultAndOverride) {
   namespace att = msa::cuda::attention;
   EXPECT_EQ(att::tile_pass_keys(), att::kTilePassKeys);

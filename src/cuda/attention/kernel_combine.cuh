@@ -19,6 +19,24 @@
 
 namespace msa::cuda::attention {
 
+// Eight merged output values times `inv`, packed to the output type and
+// stored as chunk c (dims 8c .. 8c + 7) of query-head row `row` of p.out
+// ([num_tokens * num_q_heads, 128]).
+__device__ __forceinline__ void store_chunk(const AttendParams& p, std::int64_t row, int c, float (&acc)[8],
+                                            float inv) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] *= inv;
+  uint4 o;
+  if (p.out_fp16) {
+    o = make_uint4(pack2<true>(acc[0], acc[1]), pack2<true>(acc[2], acc[3]), pack2<true>(acc[4], acc[5]),
+                   pack2<true>(acc[6], acc[7]));
+  } else {
+    o = make_uint4(pack2<false>(acc[0], acc[1]), pack2<false>(acc[2], acc[3]), pack2<false>(acc[4], acc[5]),
+                   pack2<false>(acc[6], acc[7]));
+  }
+  *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + row * kDim + 8 * c) = o;
+}
+
 //   scratch: shared memory, [16 heads][16 splits] weights then [16] 1 / sum
 __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork& w, float* scratch,
                                             int tid) {
@@ -65,18 +83,7 @@ __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork
       acc[0] += wgt * a.x, acc[1] += wgt * a.y, acc[2] += wgt * a.z, acc[3] += wgt * a.w;
       acc[4] += wgt * b.x, acc[5] += wgt * b.y, acc[6] += wgt * b.z, acc[7] += wgt * b.w;
     }
-    const float inv = inv_sum[g];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    uint4 o;
-    if (p.out_fp16) {
-      o = make_uint4(pack2<true>(acc[0], acc[1]), pack2<true>(acc[2], acc[3]), pack2<true>(acc[4], acc[5]),
-                     pack2<true>(acc[6], acc[7]));
-    } else {
-      o = make_uint4(pack2<false>(acc[0], acc[1]), pack2<false>(acc[2], acc[3]),
-                     pack2<false>(acc[4], acc[5]), pack2<false>(acc[6], acc[7]));
-    }
-    *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + (first_head + g) * kDim + 8 * c) = o;
+    store_chunk(p, first_head + g, c, acc, inv_sum[g]);
   }
 }
 
@@ -119,18 +126,7 @@ __device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const
       acc[0] += wgt * a.x, acc[1] += wgt * a.y, acc[2] += wgt * a.z, acc[3] += wgt * a.w;
       acc[4] += wgt * b.x, acc[5] += wgt * b.y, acc[6] += wgt * b.z, acc[7] += wgt * b.w;
     }
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    uint4 o;
-    if (p.out_fp16) {
-      o = make_uint4(pack2<true>(acc[0], acc[1]), pack2<true>(acc[2], acc[3]), pack2<true>(acc[4], acc[5]),
-                     pack2<true>(acc[6], acc[7]));
-    } else {
-      o = make_uint4(pack2<false>(acc[0], acc[1]), pack2<false>(acc[2], acc[3]),
-                     pack2<false>(acc[4], acc[5]), pack2<false>(acc[6], acc[7]));
-    }
-    *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + (first_head + g) * kDim + 8 * c) = o;
+    store_chunk(p, first_head + g, c, acc, sum > 0.0f ? 1.0f / sum : 0.0f);
     if (c == 0 && p.lse != nullptr) p.lse[first_head + g] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
   }
   cluster.sync();
