@@ -19,7 +19,8 @@ namespace {
 // every KV dtype, GQA groups whose tiles do not fill whole warps (G x T of 120,
 // 125, 96, 64, 32 rows), top-k 1 / 16 / 64, clustered and random selections,
 // repeated and shuffled entries, causal edges at block boundaries, odd query
-// lengths, and decode rows in the same step (the row kernel, a second launch).
+// lengths, decode rows in the same step (the row kernel, a second launch), and
+// more tiles than SMs (the persistent wgmma CTAs loop over tiles).
 std::vector<Case> tile_cases() {
   std::vector<Case> v;
   auto add = [&](Case c, bool random_rows = false) {
@@ -157,6 +158,19 @@ std::vector<Case> tile_cases() {
     Case c = named("tiles_g4_topk64_random");  // T 8: 32 rows, 512 pairs
     c.topk = 64, c.q_heads = 8, c.kv_heads = 2;
     c.requests = std::vector<RequestShape>{{33, 6000}, {17, 100}};
+    add(c, true);
+  }
+  {  // more tiles than SMs: the persistent wgmma CTAs take several tiles each
+    Case c = named("tiles_bf16_g16_persistent");
+    c.requests = decodes({77}) + std::vector<RequestShape>{{1500, 600}, {777, 3000}, {3, 0}};
+    add(c);
+  }
+  {
+    Case c = named("tiles_fp16_g8_persistent_random_small");
+    c.kv = DType::fp16, c.q = DType::fp16, c.scales = ScaleMode::none;
+    c.q_heads = 16, c.kv_heads = 2;
+    c.requests = std::vector<RequestShape>{{900, 130}, {301, 0}};
+    c.small = true;
     add(c, true);
   }
   {

@@ -258,12 +258,13 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
   }
   if (tiles_ctas > 0) {
     p.tile_tokens = tokens_per_tile;
+    p.tile_count = tiles_ctas;
     KvMaps maps;
     if (use_wgmma_tiles(wgmma_cache(args.cache.dtype, args.cache.scale_mode), group, tokens_per_tile) &&
         make_kv_maps(args.cache, maps)) {
       dispatch(args.cache.dtype, f16, "attend", [&](auto kind, auto fp16) {
         constexpr KvKind kKind = decltype(kind)::value;
-        if constexpr (kKind != KvKind::nvfp4) launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, tiles_ctas, s);
+        if constexpr (kKind != KvKind::nvfp4) launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
       });
     } else {
       p.tile_pass_keys = tile_pass_keys();

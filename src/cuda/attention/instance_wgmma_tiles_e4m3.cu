@@ -4,10 +4,8 @@
 
 namespace msa::cuda::attention {
 
-template void launch_attend_wgmma_tiles<KvKind::e4m3, false>(const AttendParams&, const KvMaps&, std::int64_t,
-                                                          cudaStream_t);
-template void launch_attend_wgmma_tiles<KvKind::e4m3, true>(const AttendParams&, const KvMaps&, std::int64_t,
-                                                         cudaStream_t);
+template void launch_attend_wgmma_tiles<KvKind::e4m3, false>(const AttendParams&, const KvMaps&, cudaStream_t);
+template void launch_attend_wgmma_tiles<KvKind::e4m3, true>(const AttendParams&, const KvMaps&, cudaStream_t);
 template void prepare_attend_wgmma_tiles<KvKind::e4m3, false>();
 template void prepare_attend_wgmma_tiles<KvKind::e4m3, true>();
 

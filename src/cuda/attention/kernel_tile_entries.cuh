@@ -56,12 +56,14 @@ struct TileEntries {
   const std::int32_t* page;     // [entries] their pages
   const std::uint64_t* mask;    // [entries] the tile's tokens that selected each
 };
-__device__ __forceinline__ TileEntries tile_entries(unsigned char* extra) {
-  return {reinterpret_cast<std::int32_t*>(extra + TileMeta::kPos),
-          reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryBlock),
-          reinterpret_cast<const std::int32_t*>(extra + TileMeta::kEntryPage),
-          reinterpret_cast<const std::uint64_t*>(extra + TileMeta::kEntryMask)};
+//   list: a TileList
+__device__ __forceinline__ TileEntries list_entries(unsigned char* list) {
+  return {reinterpret_cast<std::int32_t*>(list + TileList::kPos),
+          reinterpret_cast<const std::int32_t*>(list + TileList::kEntryBlock),
+          reinterpret_cast<const std::int32_t*>(list + TileList::kEntryPage),
+          reinterpret_cast<const std::uint64_t*>(list + TileList::kEntryMask)};
 }
+__device__ __forceinline__ TileEntries tile_entries(unsigned char* extra) { return list_entries(extra + TileMeta::kList); }
 
 template <KvKind kKind>
 using TileLayout = SmemLayout<kKind, 2, kTileRows, TileMeta::kBytes>;

@@ -12,15 +12,15 @@
 
 namespace msa::cuda::attention {
 
+// Over p.tile_count tile numbers (one CTA per SM for bf16 / fp16 caches).
 template <KvKind kKind, bool kF16>
-void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, std::int64_t ctas, cudaStream_t stream);
+void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaStream_t stream);
 
 template <KvKind kKind, bool kF16>
 void prepare_attend_wgmma_tiles();
 
 #define MSA_WGMMA_TILES_EXTERN(KIND, F16)                                                                   \
-  extern template void launch_attend_wgmma_tiles<KIND, F16>(const AttendParams&, const KvMaps&, std::int64_t, \
-                                                            cudaStream_t);                                  \
+  extern template void launch_attend_wgmma_tiles<KIND, F16>(const AttendParams&, const KvMaps&, cudaStream_t); \
   extern template void prepare_attend_wgmma_tiles<KIND, F16>();
 MSA_WGMMA_TILES_EXTERN(KvKind::half, false)
 MSA_WGMMA_TILES_EXTERN(KvKind::half, true)

@@ -81,6 +81,7 @@ struct AttendParams {
   int prefill_splits = 1;
   int tile_tokens = 0;       // token-tile launch: tokens per tile (heuristics.hpp), else 0
   int tile_pass_keys = 128;  // token-tile launch: keys per pass over a block, 64 or 128
+  std::int64_t tile_count = 0;  // token-tile launch: tile numbers x KV heads (heuristics.hpp, tile_ctas)
   // Row-kernel launch: CTA blockIdx.x is row-kernel CTA cta_offset + blockIdx.x
   // (decode and prefill rows launch apart). cluster_splits > 1: the launch's
   // CTAs form clusters of that many, one row's splits, merged through

@@ -3,6 +3,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "bench_accounting.hpp"
@@ -68,6 +69,12 @@ Ceilings measure_ceilings(cuda::Stream stream, int replays) {
     const TimeStats t = summarize_ms(time_replays(gemm, 3, replays, stream));
     c.gemm_ms = t.median_us * 1e-3;
     c.gemm_tflops = 2.0 * double(n) * double(n) * double(n) / (c.gemm_ms * 1e-3) * 1e-12;
+  }
+  {
+    int device = 0, sms = 0;
+    MSA_CUDA_CHECK(cudaGetDevice(&device));
+    MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    c.launch_us = summarize_ms(time_empty_graph(sms, std::max(replays, 50), stream)).median_us;
   }
   return c;
 }

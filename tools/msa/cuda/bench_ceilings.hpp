@@ -2,7 +2,9 @@
 //  - copy: device-to-device cudaMemcpyAsync of `copy_bytes` (>= 1 GiB), counting
 //    bytes read + written (2 x copy_bytes per copy), median of the replays;
 //  - gemm: a bf16 x bf16 -> bf16 GEMM of n^3 with fp32 accumulation through
-//    cuBLAS on random data, 2 n^3 FLOP, median of the replays.
+//    cuBLAS on random data, 2 n^3 FLOP, median of the replays;
+//  - launch: a CUDA graph of one empty kernel (one CTA per SM), timed like a
+//    bench case: the fixed cost no one-launch run step can go below.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@ struct Ceilings {
   int gemm_n = 0;
   double gemm_ms = 0.0;         // median
   double gemm_tflops = 0.0;     // 2 n^3 / gemm_ms
+  double launch_us = 0.0;       // median
 };
 
 Ceilings measure_ceilings(cuda::Stream stream, int replays);

@@ -132,9 +132,10 @@ int run_bench(const BenchOptions& o) {
   MSA_CUDA_CHECK(cudaStreamCreate(&stream));
   const Ceilings ceil = measure_ceilings(stream, o.ceiling_replays);
   std::printf("ceilings: copy %.0f GB/s (cudaMemcpyAsync D2D of %.0f GiB, read + write, median of %d); "
-              "bf16 GEMM %d^3 %.0f TFLOP/s (cuBLAS, fp32 accumulate, median of %d)\n",
+              "bf16 GEMM %d^3 %.0f TFLOP/s (cuBLAS, fp32 accumulate, median of %d); launch floor %.2f us "
+              "(a graph of one empty kernel, timed like the cases)\n",
               ceil.copy_gbps, double(ceil.copy_bytes) / double(1 << 30), o.ceiling_replays, ceil.gemm_n,
-              ceil.gemm_tflops, o.ceiling_replays);
+              ceil.gemm_tflops, o.ceiling_replays, ceil.launch_us);
   std::printf("timing: the attend / index run step captured in a CUDA graph per input copy; copies rotate so that "
               "consecutive replays touch different memory (>= 4x L2 together); median of up to %d replays after "
               "%d warm-up; top-k pattern %s; case set %s\n\n",
@@ -183,6 +184,7 @@ int run_bench(const BenchOptions& o) {
           {"gemm_n", ceil.gemm_n},
           {"gemm_ms", ceil.gemm_ms},
           {"gemm_tflops", ceil.gemm_tflops},
+          {"launch_us", ceil.launch_us},
           {"replays", o.ceiling_replays}}},
         {"settings",
          {{"iters", o.iters},

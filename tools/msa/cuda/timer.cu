@@ -44,6 +44,9 @@ struct EventPool {
   }
 };
 
+// Does nothing: the launch floor's kernel.
+__global__ void empty_kernel() {}
+
 }  // namespace
 
 GraphExec::GraphExec(const std::function<void()>& body, cuda::Stream stream) {
@@ -129,6 +132,16 @@ float time_once(const std::function<void(int)>& launch, int n, cuda::Stream stre
   (void)cudaEventDestroy(a);
   (void)cudaEventDestroy(b);
   return ms;
+}
+
+std::vector<float> time_empty_graph(int ctas, int replays, cuda::Stream stream) {
+  const GraphExec graph(
+      [&] {
+        empty_kernel<<<dim3(static_cast<unsigned>(ctas > 0 ? ctas : 1)), dim3(128), 0, as_stream(stream)>>>();
+        MSA_CUDA_CHECK_LAUNCH();
+      },
+      stream);
+  return time_replays([&](int) { graph.launch(stream); }, 10, replays, stream);
 }
 
 }  // namespace msa::tool

@@ -41,4 +41,9 @@ std::vector<float> time_replays(const std::function<void(int)>& launch, int warm
 // Milliseconds the GPU takes for launch(0..n-1) in one go (no spin, one event pair).
 float time_once(const std::function<void(int)>& launch, int n, cuda::Stream stream);
 
+// The launch floor: replay times (ms) of a CUDA graph holding one empty kernel
+// of `ctas` CTAs, timed like a bench case (time_replays): the least any
+// one-launch run step can measure.
+std::vector<float> time_empty_graph(int ctas, int replays, cuda::Stream stream);
+
 }  // namespace msa::tool
