@@ -38,6 +38,13 @@ __device__ __forceinline__ void fence_registers(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A fragments in registers (read by a wgmma until its wait).
+template <int N>
+__device__ __forceinline__ void fence_registers(std::uint32_t (&a)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+r"(a[i][0]), "+r"(a[i][1]), "+r"(a[i][2]), "+r"(a[i][3])::"memory");
+}
 
 // The 64 accumulator operands of an m64n128 fp32 fragment d[64], and their
 // register list in the instruction text.
