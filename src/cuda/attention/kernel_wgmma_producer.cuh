@@ -1,0 +1,146 @@
+// The producer side of the wgmma token-tile kernel: K / V tiles of a tile's
+// union blocks into the two-slot rings, by TMA straight into the slots
+// (bf16 / fp16, one warp) or as raw fp8 codes widened in place by the whole
+// producer warpgroup; the tail block's unwritten V rows are zeroed.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/attention/kernel.cuh"
+#include "cuda/attention/kernel_wgmma_layout.cuh"
+#include "cuda/attention/wgmma.cuh"
+
+namespace msa::cuda::attention {
+
+// Zeroes the rows >= `keys` of a V tile (both 64-dim halves; a whole row is
+// zero whatever its swizzle), then the proxy fence (wgmma reads the tile).
+__device__ __forceinline__ void zero_v_rows(unsigned char* tile, int keys, int lane) {
+  const int chunks = (kBlockKeys - keys) * 16;
+  for (int idx = lane; idx < chunks; idx += 32) {
+    const int r = keys + (idx >> 4), c = idx & 15;
+    *reinterpret_cast<uint4*>(tile + (c >> 3) * WgmmaTile::kAtomBytes + r * 128 + ((c & 7) << 4)) =
+        make_uint4(0, 0, 0, 0);
+  }
+  sm90::fence_proxy_async();
+}
+
+// bf16 / fp16 producer (one warp), one tile: K and V of every union block by
+// TMA straight into the slots; g0 blocks went before it. Block g waits for
+// block g - 2's slot. The tail block's V goes through its own barrier
+// (`tails` uses of it before) so that the warp can zero its unwritten rows
+// before publishing it.
+__device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
+                                                 int tail_block, int tail_keys, unsigned char* smem,
+                                                 const WgmmaBars& bar, int lane, int g0, int& tails) {
+  using W = WgmmaTile;
+  for (int i = 0; i < n; ++i) {
+    const int g = g0 + i, s = ring_slot(g);
+    const std::uint32_t parity = ring_parity(g) ^ 1u;  // the slot's previous use
+    const int page = entries.page[i];
+    const int c1 = map_coord(maps, 1, head, page), c2 = map_coord(maps, 2, head, page),
+              c3 = map_coord(maps, 3, head, page);
+    const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
+    const std::uint32_t v_dst = smem_u32(smem + W::kV + s * W::kPlaneBytes);
+    if (lane == 0) {
+      if (g >= W::kSlots) sm90::mbar_wait(bar.empty_k(s), parity);
+      sm90::mbar_arrive_expect_tx(bar.full_k(s), W::kPlaneBytes);
+      sm90::tma_load_4d(k_dst, &maps.k, bar.full_k(s), 0, c1, c2, c3);
+      sm90::tma_load_4d(k_dst + W::kAtomBytes, &maps.k, bar.full_k(s), 64, c1, c2, c3);
+      if (g >= W::kSlots) sm90::mbar_wait(bar.empty_v(s), parity);
+    }
+    __syncwarp();
+    if (entries.block[i] == tail_block && tail_keys < kBlockKeys) {
+      if (lane == 0) {
+        sm90::mbar_arrive_expect_tx(bar.tail(), W::kPlaneBytes);
+        sm90::tma_load_4d(v_dst, &maps.v, bar.tail(), 0, c1, c2, c3);
+        sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, bar.tail(), 64, c1, c2, c3);
+      }
+      sm90::mbar_wait(bar.tail(), std::uint32_t(tails & 1));
+      ++tails;
+      zero_v_rows(smem + W::kV + s * W::kPlaneBytes, tail_keys, lane);
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(bar.full_v(s));
+    } else if (lane == 0) {
+      sm90::mbar_arrive_expect_tx(bar.full_v(s), W::kPlaneBytes);
+      sm90::tma_load_4d(v_dst, &maps.v, bar.full_v(s), 0, c1, c2, c3);
+      sm90::tma_load_4d(v_dst + W::kAtomBytes, &maps.v, bar.full_v(s), 64, c1, c2, c3);
+    }
+  }
+}
+
+// Widens row r of an fp8 K or V slot in place: the raw row (128 codes at
+// slot + kAtomBytes + 128 r, where the TMA put it: the slot's upper half) to
+// the MMA type in the swizzled layout, dims 0-63 into the lower half, dims
+// 64-127 over the raw rows. The second half lands exactly on raw row r, which
+// this thread has read by then; no other row is touched. zero: a zero row.
+template <KvKind kKind, bool kF16>
+__device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero) {
+  const unsigned char* raw = slot + WgmmaTile::kAtomBytes + r * 128;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    uint4 in[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      in[j] = zero ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4*>(raw + 64 * half + 16 * j);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {  // 16-byte output chunk c: codes 8c .. 8c + 7 of this half
+      const std::uint32_t lo = (c & 1) ? in[c >> 1].z : in[c >> 1].x;
+      const std::uint32_t hi = (c & 1) ? in[c >> 1].w : in[c >> 1].y;
+      auto widen = [](std::uint32_t two) {
+        const auto codes = std::uint16_t(two);
+        return f16x2_to_mma<kF16>(kKind == KvKind::e4m3 ? e4m3x2_to_f16x2(codes) : e5m2x2_to_f16x2(codes));
+      };
+      const uint4 out = make_uint4(widen(lo & 0xffffu), widen(lo >> 16), widen(hi & 0xffffu), widen(hi >> 16));
+      *reinterpret_cast<uint4*>(slot + half * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) = out;
+    }
+  }
+}
+
+// fp8 producer (the whole warpgroup, ptid 0..127), one tile after g0 blocks:
+// its thread 0 loads the raw K and V tiles of each block by TMA into the
+// slots' upper halves (K(i + 1) as soon as its slot is free, V(i + 1) once
+// V(i) is published, so that no wait closes a cycle with the consumers), every
+// thread widens one K row and one V row per block (the tail block's V rows
+// past the last position read as zero), and K and V are published apart.
+template <KvKind kKind, bool kF16>
+__device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
+                                                 int tail_block, int tail_keys, unsigned char* smem,
+                                                 const WgmmaBars& bar, int ptid, int g0) {
+  using W = WgmmaTile;
+  constexpr int kRawBytes = kBlockKeys * kDim;  // 16 KiB of codes per tile
+  auto issue = [&](int plane, int i) {          // thread 0 only
+    const int g = g0 + i, s = ring_slot(g);
+    const std::uint32_t raw_bar = plane ? bar.raw_v(s) : bar.raw_k(s);
+    if (g >= W::kSlots) sm90::mbar_wait(plane ? bar.empty_v(s) : bar.empty_k(s), ring_parity(g) ^ 1u);
+    const int page = entries.page[i];
+    sm90::mbar_arrive_expect_tx(raw_bar, kRawBytes);
+    sm90::tma_load_4d(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + W::kAtomBytes),
+                      plane ? &maps.v : &maps.k, raw_bar, 0, map_coord(maps, 1, head, page),
+                      map_coord(maps, 2, head, page), map_coord(maps, 3, head, page));
+  };
+  if (ptid == 0 && n > 0) {
+    issue(0, 0);
+    issue(1, 0);
+  }
+  for (int i = 0; i < n; ++i) {
+    const int g = g0 + i, s = ring_slot(g);
+    const std::uint32_t parity = ring_parity(g);
+    if (ptid == 0 && i + 1 < n) issue(0, i + 1);
+    sm90::mbar_wait(bar.raw_k(s), parity);
+    widen_row<kKind, kF16>(smem + W::kK + s * W::kPlaneBytes, ptid, false);
+    sm90::fence_proxy_async();
+    sm90::named_barrier_sync(W::kWidenBar, 128);
+    if (ptid == 0) sm90::mbar_arrive(bar.full_k(s));
+    sm90::mbar_wait(bar.raw_v(s), parity);
+    widen_row<kKind, kF16>(smem + W::kV + s * W::kPlaneBytes, ptid,
+                           entries.block[i] == tail_block && ptid >= tail_keys);
+    sm90::fence_proxy_async();
+    sm90::named_barrier_sync(W::kWidenBar, 128);
+    if (ptid == 0) {
+      sm90::mbar_arrive(bar.full_v(s));
+      if (i + 1 < n) issue(1, i + 1);
+    }
+  }
+}
+
+}  // namespace msa::cuda::attention
