@@ -40,6 +40,7 @@
 
 #include "cuda/attention/kernel.cuh"
 #include "cuda/attention/kernel_tile_entries.cuh"
+#include "cuda/attention/kernel_wgmma_consumer.cuh"
 #include "cuda/attention/kernel_wgmma_layout.cuh"
 #include "cuda/attention/kernel_wgmma_plan.cuh"
 #include "cuda/attention/kernel_wgmma_producer.cuh"
@@ -111,172 +112,17 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     return;
   }
 
-  // ---- consumers: warpgroup wg owns rows 64 wg .. 64 wg + 63 of each tile ----
+  // ---- consumers (kernel_wgmma_consumer.cuh) ----
   sm90::regs_inc<W::consumer_regs(kKind)>();
   const int wg = warp >> 2;
-  const int row0 = 64 * wg + 16 * (warp & 3) + (lane >> 2);  // the thread's rows: row0, row0 + 8
-  const float scale = p.score_scale_log2;
-  const int col = 2 * (lane & 3);
-  // bf16 / fp16: the scores' softmax of block i overlaps the warpgroup's own
-  // PV(i - 1) (measured +5-6% on 16K-32K-token chunks); fp8, whose producer
-  // warpgroup widens every tile and competes for issue slots, measured 10%
-  // slower that way and keeps one group per round.
-  constexpr bool kOverlapSoftmax = kKind == KvKind::half;
-  const std::uint32_t k_base = smem_u32(smem + W::kK), v_base = smem_u32(smem + W::kV);
-  // The turn to issue starts with warpgroup 0; each warpgroup passes it on
-  // after issuing, and warpgroup 1 does not pass it after the CTA's last round.
-  constexpr int kPeers = W::kConsumers * 128;
-  if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kPeers);
-  int g0 = 0;
-  for (int j = 0; has_tile(j); ++j) {
-    const bool last_tile = !has_tile(j + 1);
-    if (j > 0) sm90::named_barrier_sync(W::kPlanFull + plan_buffer(j), W::kPlanFullThreads);
-    unsigned char* plan = plan_at(j);
-    const auto* header = reinterpret_cast<const std::int32_t*>(plan);
-    const TileEntries entries = list_entries(plan + W::kHeaderBytes);
-    const int n = header[PlanHeader::kEntries], first = header[PlanHeader::kFirst];
-    const int count = header[PlanHeader::kCount], head = header[PlanHeader::kHead];
-    int pos[2];
-    std::uint64_t bit[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int tok = (row0 + 8 * i) / p.group;
-      pos[i] = tok < count ? entries.pos[tok] : -1;
-      bit[i] = pos[i] >= 0 ? std::uint64_t(1) << tok : 0;
-    }
-    std::uint64_t wg_tokens = 0;  // tokens with rows in this warpgroup
-    for (int tok = (64 * wg) / p.group; tok <= (64 * wg + 63) / p.group && tok < count; ++tok)
-      wg_tokens |= std::uint64_t(1) << tok;
-
-    const std::uint32_t q_base = smem_u32(smem + W::kQ + plan_buffer(j) * W::kQBuf + wg * W::kQBytes);
-    float o[64], sc[64];
-#pragma unroll
-    for (int e = 0; e < 64; ++e) o[e] = sc[e] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    std::uint32_t pa[8][4];
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0;
-
-    bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
-    for (int i = 0; i <= n; ++i) {
-      const bool active = i < n && (entries.mask[i] & wg_tokens) != 0;
-      const int s = ring_slot(g0 + i), sp = ring_slot(g0 + i + W::kSlots - 1);
-      if (i < n) sm90::mbar_wait(bar.full_k(s), ring_parity(g0 + i));
-      if (prev_active) sm90::mbar_wait(bar.full_v(sp), ring_parity(g0 + i - 1));
-      sm90::named_barrier_sync(W::kTurn + wg, kPeers);
-      // Each combination issues straight-line wgmma (no branch inside a group).
-      auto issue_pv = [&] {
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
-          const std::uint64_t b = sm90::sw128_desc(v_base + sp * W::kPlaneBytes + kk * 2048, W::kAtomBytes, 1024);
-          sm90::wgmma_rs<kF16>(o, pa[kk], b, 1);
-        }
-      };
-      auto issue_qk = [&] {
-#pragma unroll
-        for (int kk = 0; kk < 8; ++kk) {
-          const std::uint64_t a = sm90::sw128_desc(q_base + (kk >> 2) * W::kQAtomBytes + (kk & 3) * 32, 16, 1024);
-          const std::uint64_t b =
-              sm90::sw128_desc(k_base + s * W::kPlaneBytes + (kk >> 2) * W::kAtomBytes + (kk & 3) * 32, 16, 1024);
-          sm90::wgmma_ss<kF16>(sc, a, b, kk > 0 ? 1 : 0);
-        }
-      };
-      auto pass_turn = [&] {
-        if (!(wg == 1 && i == n && last_tile)) sm90::named_barrier_arrive(W::kTurn + (1 - wg), kPeers);
-      };
-      // Softmax of block i: the scores' part runs while this warpgroup's PV(i - 1) is in flight.
-      auto scores = [&] {
-        const int base = entries.block[i] * kBlockKeys;
-        const std::uint64_t mask = entries.mask[i];
-        const int limit0 = (mask & bit[0]) != 0 ? pos[0] - base + 1 : 0;
-        const int limit1 = (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0;
-        return softmax_scores_any(sc, m, l, limit0, limit1, scale, col);
-      };
-      if (prev_active && active && kOverlapSoftmax) {  // QK(i), then PV(i - 1): two groups, done in order
-        sm90::fence_registers(o);
-        sm90::fence_registers(sc);
-        sm90::wgmma_fence();
-        issue_qk();
-        sm90::wgmma_commit();
-        issue_pv();
-        sm90::wgmma_commit();
-        pass_turn();
-        sm90::wgmma_wait<1>();
-        sm90::fence_registers(sc);
-        const Rescale r = scores();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(o);
-        sm90::fence_registers(pa);
-        softmax_output<kF16>(sc, o, pa, r);
-      } else if (prev_active && active) {  // PV(i - 1) and QK(i) as one group
-        sm90::fence_registers(o);
-        sm90::fence_registers(sc);
-        sm90::wgmma_fence();
-        issue_pv();
-        issue_qk();
-        sm90::wgmma_commit();
-        pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(o);
-        sm90::fence_registers(sc);
-        sm90::fence_registers(pa);
-        const Rescale r = scores();
-        softmax_output<kF16>(sc, o, pa, r);
-      } else if (prev_active) {
-        sm90::fence_registers(o);
-        sm90::wgmma_fence();
-        issue_pv();
-        sm90::wgmma_commit();
-        pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(o);
-        sm90::fence_registers(pa);
-      } else if (active) {
-        sm90::fence_registers(sc);
-        sm90::wgmma_fence();
-        issue_qk();
-        sm90::wgmma_commit();
-        pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(sc);
-        const Rescale r = scores();
-        softmax_output<kF16>(sc, o, pa, r);
-      } else {
-        pass_turn();
-      }
-      __syncwarp();
-      if (lane == 0) {
-        if (i > 0) sm90::mbar_arrive(bar.empty_v(sp));
-        if (i < n) sm90::mbar_arrive(bar.empty_k(s));
-      }
-      prev_active = active;
-    }
-    // The plan buffer (its list and Q rows) is free once every warp is past
-    // its last wgmma; the planners take it for tile j + 2.
-    sm90::fence_proxy_async();
-    if (has_tile(j + 2)) sm90::named_barrier_arrive(W::kPlanFree + plan_buffer(j), W::kPlanFreeThreads);
-    g0 += n;
-
-    // Epilogue: rows normalised by their sums; 0 and -inf for rows that attended nothing.
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float sum = l[i];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int row = row0 + 8 * i;
-      const int tok = row / p.group, g = row - tok * p.group;
-      if (tok >= count) continue;
-      const std::int64_t at = std::int64_t(first + tok) * p.num_q_heads + std::int64_t(head) * p.group + g;
-      const float inv = sum > 0.0f ? p.out_scale / sum : 0.0f;
-      auto* out = static_cast<std::uint16_t*>(p.out) + at * kDim + col;
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        const float x = o[4 * e + 2 * i] * inv, y = o[4 * e + 2 * i + 1] * inv;
-        *reinterpret_cast<std::uint32_t*>(out + 8 * e) = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
-      }
-      if (p.lse != nullptr && (lane & 3) == 0) p.lse[at] = sum > 0.0f ? (m[i] + log2f(sum)) * kLn2 : -INFINITY;
-    }
-  }
+  const Consumer c{smem, bar, first_tile, stride, wg, lane, 64 * wg + 16 * (warp & 3) + (lane >> 2), 2 * (lane & 3),
+                   smem_u32(smem + W::kK), smem_u32(smem + W::kV)};
+  // The turn to issue starts with warpgroup 0.
+  if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kTurnPeers);
+  if constexpr (kKind == KvKind::half)
+    consume_tiles<kF16>(p, c);
+  else
+    consume_one_tile<kF16>(p, c);
 }
 
 // Raises the kernel's dynamic shared-memory limit, once per device.
