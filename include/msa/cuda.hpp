@@ -86,6 +86,17 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
                const DeviceCheck& check = {});
 
 // ---- sparse attention ----------------------------------------------------------
+// How the prefill rows of a step run when they run as token tiles on a bf16 /
+// fp16 cache and the step has no decode rows (otherwise always query-major).
+// Measured on the H200 (bench/RESULTS.md, 16K-token chunks): key-major is
+// 1.1-1.6x faster than the token tiles when neighbouring tokens select
+// unrelated blocks, and slower when they share them (what models produce).
+enum class PrefillOrder : std::int32_t {
+  query_major = 0,  // token tiles: T consecutive tokens and the union of their blocks
+  key_major = 1,    // work items of one block and the tokens that selected it (the k2q plan), then a merge
+  automatic = 2,    // steps of >= 8192 tokens build the k2q plan and the device picks per step
+};
+
 // What a plan depends on. A captured decode graph stays valid while these and
 // the token count stay the same.
 struct AttentionShape {
@@ -95,6 +106,7 @@ struct AttentionShape {
   DType q_dtype = DType::bf16;
   DType kv_dtype = DType::bf16;
   DType out_dtype = DType::bf16;
+  PrefillOrder prefill_order = PrefillOrder::query_major;
 };
 
 // A plan: plain values and pointers into the caller's workspace.
@@ -113,6 +125,13 @@ struct AttentionPlan {
   // ordered on one stream and two concurrent attends must not share a workspace.
   float* partial_out = nullptr;     // [partial_tokens, num_q_heads, max_splits, 128] fp32
   float* partial_lse = nullptr;     // [partial_tokens, num_q_heads, max_splits]
+  // > 0: the step may run key-major (shape.prefill_order; a prefill-only step
+  // on a bf16 / fp16 cache): the rows per KV head of its k2q plan,
+  // sum over requests of ceil(seq_len / 128). The workspace then also holds the
+  // k2q plan, the work items and 16-bit partials [num_tokens, num_q_heads, topk,
+  // 128], and the device picks key-major or token tiles on each attend. Such a
+  // plan depends on the requests' sequence lengths too (their block count).
+  std::int64_t key_major_rows = 0;
 };
 
 // Device bytes the plan for this step needs.

@@ -23,6 +23,7 @@
 #include "cache_reader.hpp"
 #include "compare.hpp"
 #include "cuda/attention/heuristics.hpp"
+#include "cuda/attention/key_major.hpp"
 #include "gpu_test_util.hpp"
 #include "msa/cpu.hpp"
 #include "msa/cuda.hpp"
@@ -61,6 +62,7 @@ struct Case {
   bool clustered = false;              // neighbouring tokens share most blocks (clustered_topk)
   bool force_tiles = false;            // prefill rows through the token-tile kernel (no prefill split)
   bool small = false;                  // also run under the sanitizer
+  int expect_key_major = -1;           // 1: the device must run key-major, 0: the token tiles, -1: either
   std::uint64_t seed = 1;
 };
 
@@ -361,6 +363,22 @@ void expect_close(const Result& got, const Result& want, const std::string& what
   EXPECT_TRUE(l.abs_ok(kLseTol)) << l.describe();
 }
 
+// The step ran key-major (want) or the token tiles: its plan reserved the
+// key-major data and the device's choice (the key-major gate in the
+// workspace) let the kernel run, or not.
+void expect_ran_key_major(const msa::cuda::AttentionPlan& plan, const BatchMetadata& meta, int group, int topk,
+                          bool want = true) {
+  namespace att = msa::cuda::attention;
+  ASSERT_GT(plan.key_major_rows, 0) << "the plan does not allow key-major";
+  const att::KeyMajorLayout l = att::plan_key_major_layout(plan, meta.num_requests, att::tile_tokens(group, topk));
+  std::int64_t stats[4] = {};
+  MSA_CUDA_CHECK(cudaMemcpy(stats, static_cast<unsigned char*>(plan.workspace) + l.stats, sizeof(stats),
+                            cudaMemcpyDeviceToHost));
+  std::printf("[attention] key-major: %lld items, %lld tile rounds, gate %lld\n", static_cast<long long>(stats[0]),
+              static_cast<long long>(stats[1]), static_cast<long long>(stats[2]));
+  EXPECT_EQ(stats[2] > 0, want) << (want ? "the device did not run key-major" : "the device ran key-major");
+}
+
 // Runs one case on the GPU and checks it against the oracle and the CPU engine.
 void run_case(const Case& c) {
   SCOPED_TRACE(::testing::Message() << "case " << c.name << ", seed " << c.seed);
@@ -380,6 +398,7 @@ void run_case(const Case& c) {
   msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
   msa::test::device_sync();
   EXPECT_EQ(check.message(), "");
+  if (c.expect_key_major >= 0) expect_ran_key_major(p.plan, meta, group, c.topk, c.expect_key_major == 1);
   const Result got = d.result();
 
   w.topk = topk;

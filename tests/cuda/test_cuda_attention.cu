@@ -19,6 +19,7 @@
 
 #include "attention_perf.cuh"
 #include "attention_test_support.hpp"
+#include "attention_key_major_tests.hpp"
 #include "attention_tile_tests.hpp"
 
 namespace {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <random>
 #include <set>
 #include <vector>
@@ -262,3 +263,65 @@ TEST(AttentionPlan, TileNumbersAreDistinctAndInRange) {
 }
 
 }  // namespace
+
+// Key-major runs only for prefill-only steps on the wgmma tiles of a bf16 /
+// fp16 cache: always when the caller's order is key-major, by the device's
+// choice when it is automatic and the step is large, never for query-major.
+TEST(AttentionPlan, KeyMajorModeFollowsTheOrderOnPrefillOnlyHalfSteps) {
+  namespace att = msa::cuda::attention;
+  using Mode = att::KeyMajorMode;
+  constexpr int kQuery = 0, kKey = 1, kAuto = 2;
+  const std::int64_t big = att::kKeyMajorMinTokens;
+  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 16384, 0, 4), Mode::off);
+  EXPECT_EQ(att::key_major_mode(kKey, true, true, 7, 0, 1), Mode::always);
+  EXPECT_EQ(att::key_major_mode(kAuto, true, true, big, 0, 1), Mode::device_choice);
+  EXPECT_EQ(att::key_major_mode(kAuto, true, true, big - 1, 0, 1), Mode::off);
+  for (int order : {kKey, kAuto}) {
+    EXPECT_EQ(att::key_major_mode(order, false, true, big, 0, 1), Mode::off);   // fp8 / nvfp4 cache
+    EXPECT_EQ(att::key_major_mode(order, true, false, big, 0, 1), Mode::off);   // not on the wgmma tiles
+    EXPECT_EQ(att::key_major_mode(order, true, true, big, 32, 1), Mode::off);   // decode rows in the step
+    EXPECT_EQ(att::key_major_mode(order, true, true, big, 0, att::kKeyMajorMaxRequests + 1), Mode::off);
+    EXPECT_EQ(att::key_major_mode(order, true, true, 0, 0, 1), Mode::off);
+  }
+  att::key_major_override = 2;  // tests: always
+  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 7, 0, 1), Mode::always);
+  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 7, 3, 1), Mode::off);
+  att::key_major_override = 3;  // tests: the device chooses at any size
+  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 7, 0, 1), Mode::device_choice);
+  EXPECT_EQ(att::key_major_mode(kQuery, false, true, 7, 0, 1), Mode::off);
+  att::key_major_override = 1;  // never
+  EXPECT_EQ(att::key_major_mode(kKey, true, true, 16384, 0, 4), Mode::off);
+  att::key_major_override = 0;
+}
+
+// The device's choice: key-major when the token tiles would run more than
+// kKeyMajorItemCost rounds per key-major item (random selections: ~100 union
+// blocks per 8-token tile against ~2 items per token), or when forced.
+TEST(AttentionPlan, KeyMajorPreferredWhenTilesLoadManyBlocks) {
+  namespace att = msa::cuda::attention;
+  const std::int64_t tokens = 16384, items = 2 * tokens + 512;
+  EXPECT_TRUE(att::prefer_key_major(tokens / 8 * 105, items, false));   // random
+  EXPECT_FALSE(att::prefer_key_major(tokens / 8 * 17, items, false));   // clustered
+  EXPECT_TRUE(att::prefer_key_major(0, items, true));
+  EXPECT_FALSE(att::prefer_key_major(100, 0, false));  // nothing to run key-major
+}
+
+// The work items fit their bound, and the key-major data follow the split
+// partials without overlap, each 256-byte aligned.
+TEST(AttentionPlan, KeyMajorLayoutBoundsAndOrder) {
+  namespace att = msa::cuda::attention;
+  const int T = 8;
+  // Rows of 1, T, T + 1 and 5T - 3 edges: items 1 + 1 + 2 + 5.
+  const std::int64_t edges = 1 + T + (T + 1) + (5 * T - 3);
+  EXPECT_GE(att::key_major_max_items(edges, 4, T), 9);
+  const att::KeyMajorLayout l = att::key_major_layout(1000, 16384, 16, 1, 16, 512, T, 4096);
+  EXPECT_EQ(l.edges, 16384 * 16);
+  EXPECT_GE(l.offsets, 1000u);
+  const std::size_t order[] = {l.offsets, l.tokens, l.slots, l.counts, l.k2q, l.items, l.stats, l.partial_out,
+                               l.partial_lse, l.end};
+  for (std::size_t i = 0; i + 1 < std::size(order); ++i) {
+    EXPECT_LT(order[i], order[i + 1]);
+    EXPECT_EQ(order[i] % att::kWorkspaceAlign, 0u);
+  }
+  EXPECT_GE(l.partial_lse - l.partial_out, std::size_t(16384) * 16 * 16 * 128 * 2);
+}

@@ -1,9 +1,10 @@
 // Run step of the CUDA sparse attention: host-side shape checks, the kernel
 // parameters, and the dispatch to the kernel instances: the row kernel (which
 // also merges split rows) for decode rows and for prefill rows that split, the
-// token-tile kernel for the other prefill rows (heuristics.hpp). Up to three
-// launches (decode rows, prefill rows), each with its own split merge (in a
-// thread-block cluster or through the workspace); allocates nothing and never
+// token-tile kernel for the other prefill rows (heuristics.hpp), and, in a
+// step that may run key-major, the k2q plan, the key-major kernel and the
+// merge of its partials (key_major.hpp). Each split class merges in a
+// thread-block cluster or through the workspace; allocates nothing and never
 // synchronizes the host.
 #include <cuda_runtime.h>
 
@@ -15,6 +16,7 @@
 
 #include "core/checks.hpp"
 #include "cuda/attention/heuristics.hpp"
+#include "cuda/attention/key_major.hpp"
 #include "cuda/attention/kv_maps.hpp"
 #include "cuda/attention/launch.hpp"
 #include "cuda/attention/launch_wgmma.hpp"
@@ -201,6 +203,7 @@ void prepare_kernels(const AttentionShape& shape) {
     prepare_attend<kKind, kF16>();
     prepare_attend_tiles<kKind, kF16>();
     if constexpr (kKind != KvKind::nvfp4) prepare_attend_wgmma_tiles<kKind, kF16>();
+    if constexpr (kKind == KvKind::half) prepare_attend_key_major<kF16>();
   });
 }
 
@@ -262,10 +265,38 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     KvMaps maps;
     if (use_wgmma_tiles(wgmma_cache(args.cache.dtype, args.cache.scale_mode), group, tokens_per_tile) &&
         make_kv_maps(args.cache, maps)) {
+      // A step that may run key-major: the k2q plan and the device's choice
+      // first; both kernels launch, the one not chosen exits at once.
+      KeyMajorBuffers km;
+      const bool key_major = plan.key_major_rows > 0 && is_half(args.cache.dtype);
+      if (key_major) {
+        km.base = static_cast<unsigned char*>(plan.workspace);
+        km.layout = plan_key_major_layout(plan, step.num_requests, tokens_per_tile);
+        MSA_CHECK(plan.workspace != nullptr && plan.workspace_bytes >= km.layout.end, "attend: the plan's workspace has ",
+                  plan.workspace_bytes, " bytes of the ", km.layout.end, " its key-major step needs");
+        const bool always = key_major_mode(static_cast<int>(plan.shape.prefill_order), true, true, step.num_tokens,
+                                           step.num_decode_tokens, step.num_requests) == KeyMajorMode::always;
+        prepare_key_major(km, step, args, p, tokens_per_tile, always, s, check);
+        p.tile_gate = km.tile_gate();
+      }
       dispatch(args.cache.dtype, f16, "attend", [&](auto kind, auto fp16) {
         constexpr KvKind kKind = decltype(kind)::value;
         if constexpr (kKind != KvKind::nvfp4) launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
       });
+      if (key_major) {
+        AttendParams k = p;
+        k.tile_count = km.layout.max_items;
+        k.tile_gate = km.key_major_gate();
+        k.km_items = km.items();
+        k.km_tokens = km.tokens();
+        k.km_slots = km.slots();
+        k.km_partial_out = km.partial_out();
+        k.km_partial_lse = km.partial_lse();
+        // The MMA type is the cache's.
+        if (args.cache.dtype == DType::fp16) launch_attend_key_major<true>(k, maps, s);
+        else launch_attend_key_major<false>(k, maps, s);
+        combine_key_major(km, k, s);
+      }
     } else {
       p.tile_pass_keys = tile_pass_keys();
       launch<true>(p, args.cache.dtype, f16, tiles_ctas, s);

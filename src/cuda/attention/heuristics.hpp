@@ -159,6 +159,56 @@ inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
          group * tokens_per_tile == kTileRows;
 }
 
+// ---- key-major prefill (kernel_wgmma_tile.cuh with kKeyMajor, key_major.cu) -----
+// A key-major work item is one (KV head, request, block) row of the k2q plan
+// (msa::cuda::build_k2q) with up to tokens_per_tile of the tokens that selected
+// the block: the tile's K / V block serves exactly the rows that need it, so a
+// step whose neighbouring tokens select unrelated blocks (where a token tile
+// loads a union of ~100 blocks for 8 tokens) runs at token-tile speed per
+// block. Each edge (token, slot) gets a normalized partial output and lse,
+// merged per token afterwards. The host cannot see the selections, so a step
+// that may run key-major builds the plan on the device, and the device picks
+// (prefer_key_major) between the two kernels, both launched, the other one's
+// CTAs exiting at once.
+//
+// Steps that may run key-major: prefill only (no decode rows), on the wgmma
+// tiles of a bf16 / fp16 cache, at most kKeyMajorMaxRequests requests, and
+// asked for by the caller's order: key-major (always), or automatic with at
+// least kKeyMajorMinTokens tokens (the k2q plan costs tens of microseconds
+// whichever kernel runs, a few percent of a 16K-token chunk's tiles).
+// order: PrefillOrder (0 query-major, 1 key-major, 2 automatic).
+// key_major_override (tests, the bench): 0 = the order, 1 = never, 2 = always,
+// 3 = possible at any size with the device choosing.
+inline constexpr std::int64_t kKeyMajorMinTokens = 8192;
+inline constexpr int kKeyMajorMaxRequests = 1024;
+inline std::atomic<int> key_major_override{0};
+enum class KeyMajorMode { off, always, device_choice };
+inline KeyMajorMode key_major_mode(int order, bool half_cache, bool wgmma_tiles, std::int64_t num_tokens,
+                                   std::int64_t num_decode_tokens, int num_requests) {
+  const int o = key_major_override.load(std::memory_order_relaxed);
+  if (o == 1 || !half_cache || !wgmma_tiles || num_decode_tokens != 0 || num_requests > kKeyMajorMaxRequests ||
+      num_tokens <= 0)
+    return KeyMajorMode::off;
+  if (o == 2 || order == 1) return KeyMajorMode::always;
+  if (o == 3 || (order == 2 && num_tokens >= kKeyMajorMinTokens)) return KeyMajorMode::device_choice;
+  return KeyMajorMode::off;
+}
+// The device's choice: token tiles run one round per (tile, union block) pair,
+// key-major one per work item plus the partials' traffic and merge. First
+// estimate from the H200 (16K-token chunks, before tuning): ~12-16 ns of the
+// whole GPU per tile round, ~60 ns per key-major item. Clustered selections
+// give about one tile round per item, random ones ~5-7 at 17K-170K contexts
+// (estimated from the union sizes). tile_rounds: the (tile, block) pairs of
+// the step; items: the key-major work items. always: the override.
+inline constexpr double kKeyMajorItemCost = 3.0;
+MSA_HD bool prefer_key_major(std::int64_t tile_rounds, std::int64_t items, bool always) {
+  return always || (items > 0 && double(tile_rounds) > kKeyMajorItemCost * double(items));
+}
+// Upper bound of the work items: sum over rows of ceil(edges / T) <= edges / T + rows with edges.
+inline std::int64_t key_major_max_items(std::int64_t edges, std::int64_t rows, int tokens_per_tile) {
+  return edges / std::max(tokens_per_tile, 1) + std::min(edges, rows) + 1;
+}
+
 struct Splits {
   int decode = 1;   // for tokens [0, num_decode_tokens)
   int prefill = 1;  // for tokens [num_decode_tokens, num_tokens)
@@ -213,6 +263,55 @@ inline WorkspaceLayout workspace_layout(std::int64_t num_tokens, std::int64_t nu
   w.counter_bytes = std::size_t(w.partial_tokens) * std::size_t(num_kv_heads) * sizeof(std::int32_t);
   w.bytes = align_up(w.counter_offset + w.counter_bytes, kWorkspaceAlign);
   return w;
+}
+
+// Where a key-major step keeps its data, after the split layout (byte offsets
+// from the workspace base; each 256-byte aligned).
+//   offsets:     int64 [kv_heads * rows + 1] the k2q plan's CSR offsets
+//   tokens:      int32 [edges] its tokens, slots: int32 [edges] their slots
+//   counts:      int32 [tokens, kv_heads] edges placed per list
+//   k2q:         build_k2q's scratch (k2q_bytes)
+//   items:       KeyMajorItem [max_items]
+//   stats:       int64 [4]: items written, tile rounds, key-major gate, tile gate
+//   partial_out: [tokens, q_heads, topk, 128] in the output dtype
+//   partial_lse: [tokens, q_heads, topk] fp32 (natural log, -inf: no partial)
+struct KeyMajorLayout {
+  std::int64_t rows = 0;  // k2q rows per KV head (0: the step does not run key-major)
+  std::int64_t edges = 0;
+  std::int64_t max_items = 0;
+  std::size_t offsets = 0, tokens = 0, slots = 0, counts = 0, k2q = 0, k2q_bytes = 0, items = 0, stats = 0,
+              partial_out = 0, partial_lse = 0;
+  std::size_t end = 0;  // first byte past the key-major data
+};
+inline constexpr std::size_t kKeyMajorItemBytes = 32;
+inline constexpr std::size_t kDim16Bytes = 128 * 2;  // a 16-bit row of 128 dims
+
+inline KeyMajorLayout key_major_layout(std::size_t begin, std::int64_t num_tokens, int num_q_heads,
+                                       int num_kv_heads, int topk, std::int64_t rows, int tokens_per_tile,
+                                       std::size_t k2q_bytes) {
+  KeyMajorLayout l;
+  l.rows = rows;
+  l.edges = num_tokens * num_kv_heads * topk;
+  l.max_items = key_major_max_items(l.edges, rows * num_kv_heads, tokens_per_tile);
+  std::size_t at = align_up(begin, kWorkspaceAlign);
+  auto take = [&](std::size_t bytes) {
+    const std::size_t o = at;
+    at = align_up(at + bytes, kWorkspaceAlign);
+    return o;
+  };
+  const auto partials = std::size_t(num_tokens) * std::size_t(num_q_heads) * std::size_t(topk);
+  l.offsets = take(sizeof(std::int64_t) * std::size_t(rows * num_kv_heads + 1));
+  l.tokens = take(sizeof(std::int32_t) * std::size_t(l.edges));
+  l.slots = take(sizeof(std::int32_t) * std::size_t(l.edges));
+  l.counts = take(sizeof(std::int32_t) * std::size_t(num_tokens) * std::size_t(num_kv_heads));
+  l.k2q_bytes = k2q_bytes;
+  l.k2q = take(k2q_bytes);
+  l.items = take(kKeyMajorItemBytes * std::size_t(l.max_items));
+  l.stats = take(4 * sizeof(std::int64_t));
+  l.partial_out = take(partials * kDim16Bytes);
+  l.partial_lse = take(partials * sizeof(float));
+  l.end = at;
+  return l;
 }
 
 }  // namespace msa::cuda::attention

@@ -7,6 +7,7 @@
 //  - consume_tiles (bf16 / fp16, persistent CTAs): QK(i) and PV(i - 1) as two
 //    wgmma groups, the scores' softmax of block i while the warpgroup's own
 //    PV(i - 1) is in flight; tiles follow each other through the plan buffers.
+//    Key-major work items run here too (one block per tile), writing partials.
 //  - consume_one_tile (fp8, one tile per CTA): one wgmma group per round and a
 //    single softmax site, which keeps the instance small (measured 13% faster
 //    on 16K-32K-token chunks than the overlapped loop).
@@ -29,12 +30,13 @@ struct Consumer {
   unsigned char* smem;  // the 1024-aligned dynamic shared memory
   WgmmaBars bar;
   std::int64_t first_tile, tile_stride;  // the CTA's tiles: first_tile + j x tile_stride
+  std::int64_t tile_count;               // below this
   int wg, lane;
   int row0;  // the thread's rows of the tile: row0 and row0 + 8
   int col;   // the thread's first column of each 8-column group
   std::uint32_t k_base, v_base;
 
-  __device__ bool has_tile(const AttendParams& p, int j) const { return first_tile + std::int64_t(j) * tile_stride < p.tile_count; }
+  __device__ bool has_tile(int j) const { return first_tile + std::int64_t(j) * tile_stride < tile_count; }
   __device__ unsigned char* plan(int b) const { return smem + WgmmaTile::kPlans + b * WgmmaTile::kPlanBytes; }
   __device__ TileEntries entries(int b) const { return list_entries(plan(b) + WgmmaTile::kHeaderBytes); }
   __device__ std::uint32_t q_base(int b) const {
@@ -69,26 +71,48 @@ __device__ __forceinline__ void issue_qk(float (&sc)[64], std::uint32_t q_base, 
 // The thread's two rows of a tile, normalised by their sums, with their lse;
 // 0 and -inf for rows that attended nothing.
 //   o: [64] output fragment; m, l: the rows' running max (log2) and sum
+//   at: the rows' indices in out / lse, -1: the row is not written
+//   out: [rows, 128] in the output dtype; lse: [rows] natural log, may be null
 __device__ __forceinline__ void write_tile_rows(const AttendParams& p, const Consumer& c, const float (&o)[64],
-                                                const float (&m)[2], const float (&l)[2], int first, int count,
-                                                int head) {
+                                                const float (&m)[2], const float (&l)[2],
+                                                const std::int64_t (&at)[2], void* out, float* lse) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float sum = l[i];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = c.row0 + 8 * i;
-    const int tok = row / p.group, g = row - tok * p.group;
-    if (tok >= count) continue;
-    const std::int64_t at = std::int64_t(first + tok) * p.num_q_heads + std::int64_t(head) * p.group + g;
+    if (at[i] < 0) continue;
     const float inv = sum > 0.0f ? p.out_scale / sum : 0.0f;
-    auto* out = static_cast<std::uint16_t*>(p.out) + at * kDim + c.col;
+    auto* row = static_cast<std::uint16_t*>(out) + at[i] * kDim + c.col;
 #pragma unroll
     for (int e = 0; e < 16; ++e) {
       const float x = o[4 * e + 2 * i] * inv, y = o[4 * e + 2 * i + 1] * inv;
-      *reinterpret_cast<std::uint32_t*>(out + 8 * e) = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
+      *reinterpret_cast<std::uint32_t*>(row + 8 * e) = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
     }
-    if (p.lse != nullptr && (c.lane & 3) == 0) p.lse[at] = sum > 0.0f ? (m[i] + log2f(sum)) * kLn2 : -INFINITY;
+    if (lse != nullptr && (c.lane & 3) == 0) lse[at[i]] = sum > 0.0f ? (m[i] + log2f(sum)) * kLn2 : -INFINITY;
+  }
+}
+
+// Where the thread's two rows of a tile go: tokens first .. first + count - 1
+// of the step's output; key-major, the partials of the tile tokens' (token,
+// slot) edges (the plan list's kToken / kSlot).
+template <bool kKeyMajor>
+__device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Consumer& c, unsigned char* list,
+                                                 int first, int count, int head, std::int64_t (&at)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = c.row0 + 8 * i;
+    const int tok = row / p.group, g = row - tok * p.group;
+    const std::int64_t qh = std::int64_t(head) * p.group + g;
+    at[i] = -1;
+    if (tok >= count) continue;
+    if constexpr (kKeyMajor) {
+      const int token = reinterpret_cast<const std::int32_t*>(list + TileList::kToken)[tok];
+      const int slot = reinterpret_cast<const std::int32_t*>(list + TileList::kSlot)[tok];
+      at[i] = (std::int64_t(token) * p.num_q_heads + qh) * p.topk_count + slot;
+    } else {
+      at[i] = std::int64_t(first + tok) * p.num_q_heads + qh;
+    }
   }
 }
 
@@ -98,13 +122,13 @@ inline constexpr int kTurnPeers = WgmmaTile::kConsumers * 128;
 // bf16 / fp16: the CTA's tiles, one after the other. Round i of a tile issues
 // QK(i) and PV(i - 1) (two groups when the warpgroup attends both blocks);
 // the scores' softmax of block i runs while PV(i - 1) is in flight.
-template <bool kF16>
+template <bool kF16, bool kKeyMajor>
 __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consumer& c) {
   using W = WgmmaTile;
   const float scale = p.score_scale_log2;
   int g0 = 0;
-  for (int j = 0; c.has_tile(p, j); ++j) {
-    const bool last_tile = !c.has_tile(p, j + 1);
+  for (int j = 0; c.has_tile(j); ++j) {
+    const bool last_tile = !c.has_tile(j + 1);
     const int b = plan_buffer(j);
     if (j > 0) sm90::named_barrier_sync(W::kPlanFull + b, W::kPlanFullThreads);
     const auto* header = reinterpret_cast<const std::int32_t*>(c.plan(b));
@@ -122,6 +146,10 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     std::uint64_t wg_tokens = 0;  // tokens with rows in this warpgroup
     for (int tok = (64 * c.wg) / p.group; tok <= (64 * c.wg + 63) / p.group && tok < count; ++tok)
       wg_tokens |= std::uint64_t(1) << tok;
+    // Key-major: the rows' edges, read now (the plan buffer goes back to the
+    // planners before the rows are written).
+    std::int64_t at[2];
+    if constexpr (kKeyMajor) tile_row_targets<true>(p, c, c.plan(b) + WgmmaTile::kHeaderBytes, first, count, head, at);
 
     const std::uint32_t q_base = c.q_base(b);
     float o[64], sc[64];
@@ -199,9 +227,14 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     // The plan buffer (its list and Q rows) is free once every warp is past
     // its last wgmma; the planners take it for tile j + 2.
     sm90::fence_proxy_async();
-    if (c.has_tile(p, j + 2)) sm90::named_barrier_arrive(W::kPlanFree + b, W::kPlanFreeThreads);
+    if (c.has_tile(j + 2)) sm90::named_barrier_arrive(W::kPlanFree + b, W::kPlanFreeThreads);
     g0 += n;
-    write_tile_rows(p, c, o, m, l, first, count, head);
+    if constexpr (kKeyMajor) {
+      write_tile_rows(p, c, o, m, l, at, p.km_partial_out, p.km_partial_lse);
+    } else {
+      tile_row_targets<false>(p, c, nullptr, first, count, head, at);
+      write_tile_rows(p, c, o, m, l, at, p.out, p.lse);
+    }
   }
 }
 
@@ -292,7 +325,9 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
     }
     prev_active = active;
   }
-  write_tile_rows(p, c, o, m, l, first, count, head);
+  std::int64_t at[2];
+  tile_row_targets<false>(p, c, nullptr, first, count, head, at);
+  write_tile_rows(p, c, o, m, l, at, p.out, p.lse);
 }
 
 }  // namespace msa::cuda::attention

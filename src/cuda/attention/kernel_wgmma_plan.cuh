@@ -1,33 +1,75 @@
 // Planning one tile of the wgmma token-tile kernel: the tile lookup, token
 // positions, the union list (kernel_tile_entries.cuh) and the tile's query
 // rows in the swizzled layout wgmma reads, into one of the two plan buffers.
+// A key-major launch plans work items instead (plan_item): one block and the
+// tokens of the k2q plan that selected it.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/attention/kernel.cuh"
 #include "cuda/attention/kernel_tile_entries.cuh"
-#include "cuda/attention/kernel_tile_query.cuh"
 #include "cuda/attention/kernel_wgmma_layout.cuh"
+#include "cuda/attention/ptx.cuh"
 #include "cuda/attention/wgmma.cuh"
 
 namespace msa::cuda::attention {
 
-// The tile's query rows (converted to the MMA type) into the two warpgroups'
-// swizzled Q tiles; rows of tokens past the tile are zero. kWorkers threads
-// (w in [0, kWorkers)) share the chunks.
-template <bool kF16, int kWorkers>
-__device__ __forceinline__ void stage_wgmma_query(const AttendParams& p, const TileWork& t, unsigned char* q,
-                                                  int w) {
+// Byte offset of chunk c (elements 8c .. 8c + 7) of tile row `row` in a Q
+// buffer: the warpgroup's 64 rows as two 128-byte-swizzled atoms of 64 dims.
+__device__ __forceinline__ int wgmma_q_offset(int row, int c) {
+  const int wg = row >> 6, r = row & 63;
+  return wg * WgmmaTile::kQBytes + (c >> 3) * WgmmaTile::kQAtomBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+}
+
+// The query rows of a tile into Q buffer q (the two warpgroups' swizzled
+// tiles): row = tok * G + g is query head head * G + g of token token_of(tok)
+// for tok < count, zero past count. kWorkers threads (w in [0, kWorkers))
+// share the 16-byte chunks: copied by cp.async when the query already is the
+// MMA type (every chunk in flight at once), else converted through registers.
+template <bool kF16, int kWorkers, class TokenOf>
+__device__ __forceinline__ void stage_q_rows(const AttendParams& p, unsigned char* q, int count, int head,
+                                             TokenOf token_of, int w) {
   constexpr int kChunks = kTileRows * 16;  // 16-byte chunks of 8 elements
+  auto source = [&](int row, int c) {      // element offset of the chunk in p.q, -1 past count
+    const int tok = row / p.group, g = row - tok * p.group;
+    if (tok >= count) return std::int64_t(-1);
+    const std::int64_t qh = std::int64_t(head) * p.group + g;
+    return (std::int64_t(token_of(tok)) * p.num_q_heads + qh) * kDim + 8 * c;
+  };
+  if (p.q_kind == (kF16 ? kQueryFp16 : kQueryBf16)) {
+    const std::uint32_t base = smem_u32(q);
+#pragma unroll 1
+    for (int idx = w; idx < kChunks; idx += kWorkers) {  // (cp.async does not wait: no unrolling needed)
+      const int row = idx >> 4, c = idx & 15;
+      const std::int64_t at = source(row, c);
+      const auto* src = static_cast<const std::uint16_t*>(p.q) + (at >= 0 ? at : 0);
+      cp_async16_zfill(base + std::uint32_t(wgmma_q_offset(row, c)), src, at >= 0 ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    return;
+  }
 #pragma unroll 2
   for (int idx = w; idx < kChunks; idx += kWorkers) {
     const int row = idx >> 4, c = idx & 15;
-    const uint4 v = tile_query_chunk<kF16>(p, t, row, c);
-    const int wg = row >> 6, r = row & 63;
-    const int at = wg * WgmmaTile::kQBytes + (c >> 3) * WgmmaTile::kQAtomBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-    *reinterpret_cast<uint4*>(q + at) = v;
+    const std::int64_t at = source(row, c);
+    const uint4 v = at >= 0 ? load_query_chunk<kF16>(p, at) : make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(q + wgmma_q_offset(row, c)) = v;
   }
+}
+
+// Writes a plan header.
+__device__ __forceinline__ void write_plan_header(std::int32_t* header, int request, int first, int count,
+                                                  int head, int entries, int max_pos) {
+  const int tail_block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
+  header[PlanHeader::kRequest] = request;
+  header[PlanHeader::kFirst] = first;
+  header[PlanHeader::kCount] = count;
+  header[PlanHeader::kHead] = head;
+  header[PlanHeader::kEntries] = entries;
+  header[PlanHeader::kTailBlock] = tail_block;
+  header[PlanHeader::kTailKeys] = max_pos - tail_block * kBlockKeys + 1;
 }
 
 // Plans tile number `tile` (tile_of_cta) into plan buffer b: its header, token
@@ -52,17 +94,59 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t ti
   if (w == 0) {
     int max_pos = -1;
     for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
-    const int tail_block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
-    header[PlanHeader::kRequest] = t.request;
-    header[PlanHeader::kFirst] = t.first;
-    header[PlanHeader::kCount] = t.count;
-    header[PlanHeader::kHead] = t.head;
-    header[PlanHeader::kEntries] = n;
-    header[PlanHeader::kTailBlock] = tail_block;
-    header[PlanHeader::kTailKeys] = max_pos - tail_block * kBlockKeys + 1;
+    write_plan_header(header, t.request, t.first, t.count, t.head, n, max_pos);
   }
   // The rows, over the union's scratch (every planner is past it: the builder ends with a sync).
-  if (t.count > 0) stage_wgmma_query<kF16, kWorkers>(p, t, q, w);
+  if (t.count > 0) stage_q_rows<kF16, kWorkers>(p, q, t.count, t.head, [&](int tok) { return t.first + tok; }, w);
+  sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)
+  sync();
+}
+
+// Plans key-major work item `item` (p.km_items) into plan buffer b like
+// plan_tile: a one-entry list (the item's block, selected by all its tokens;
+// none when its page is outside the cache, recorded in the DeviceCheck), the
+// tokens' ids, slots and positions, and their query rows in Q buffer b.
+template <bool kF16, int kWorkers, class Sync>
+__device__ __forceinline__ void plan_item(const AttendParams& p, std::int64_t item, unsigned char* smem, int b,
+                                          int w, Sync sync) {
+  using W = WgmmaTile;
+  static_assert(kWorkers >= kTileMaxTokens, "a worker per tile token");
+  const KeyMajorItem it = p.km_items[item];
+  unsigned char* plan = smem + W::kPlans + b * W::kPlanBytes;
+  unsigned char* list = plan + W::kHeaderBytes;
+  unsigned char* q = smem + W::kQ + b * W::kQBuf;
+  auto* header = reinterpret_cast<std::int32_t*>(plan);
+  auto* pos = reinterpret_cast<std::int32_t*>(list + TileList::kPos);
+  auto* token = reinterpret_cast<std::int32_t*>(list + TileList::kToken);
+  auto* slot = reinterpret_cast<std::int32_t*>(list + TileList::kSlot);
+  const int r = it.request, count = it.count;
+  if (w < count) {
+    const int t = p.km_tokens[it.edge + w];
+    token[w] = t;
+    slot[w] = p.km_slots[it.edge + w];
+    pos[w] = token_position(t, p.seq_lens[r], p.query_start[r], p.query_start[r + 1]);
+  }
+  if (w == 0) {
+    // The k2q plan placed only eligible blocks of valid requests; the page is checked here.
+    const int page = r < p.table_rows && it.block < p.table_cols
+                         ? p.table[std::int64_t(r) * p.table_stride + it.block]
+                         : -1;
+    const bool good = page >= 0 && page < p.num_pages;
+    if (!good) detail::record_bad(p.check, detail::kBadBlockTable, r, it.block, 0, page, p.num_pages);
+    *reinterpret_cast<std::uint64_t*>(list + TileList::kEntryMask) =
+        count >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << count) - 1;
+    *reinterpret_cast<std::int32_t*>(list + TileList::kEntryBlock) = it.block;
+    *reinterpret_cast<std::int32_t*>(list + TileList::kEntryPage) = good ? page : 0;
+    header[PlanHeader::kEntries] = good ? 1 : 0;
+  }
+  sync();
+  if (w == 0) {
+    int max_pos = -1;
+    for (int tok = 0; tok < count; ++tok) max_pos = max(max_pos, pos[tok]);
+    write_plan_header(header, r, 0, count, it.head, header[PlanHeader::kEntries], max_pos);
+  }
+  // The rows: row = tok * G + g of token token[tok], query head head * G + g.
+  stage_q_rows<kF16, kWorkers>(p, q, count, it.head, [&](int tok) { return token[tok]; }, w);
   sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)
   sync();
 }

@@ -37,6 +37,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attention/kernel.cuh"
 #include "cuda/attention/kernel_tile_entries.cuh"
@@ -50,18 +51,31 @@
 
 namespace msa::cuda::attention {
 
-template <KvKind kKind, bool kF16>
+// kKeyMajor: the tiles are key-major work items (plan_item), whose rows go to
+// the partials (bf16 / fp16 caches only).
+template <KvKind kKind, bool kF16, bool kKeyMajor = false>
 __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     attend_wgmma_tile_kernel(const __grid_constant__ AttendParams p, const __grid_constant__ KvMaps maps) {
+  static_assert(!kKeyMajor || kKind == KvKind::half, "key-major runs on persistent (bf16 / fp16) CTAs");
   using W = WgmmaTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const WgmmaBars bar{smem_u32(smem + W::kBars)};
-  // The CTA's tiles: numbers blockIdx.x + j * gridDim.x below p.tile_count.
+  // The CTA's tiles: numbers blockIdx.x + j * gridDim.x below the tile count
+  // (gated by the device's choice in a step that may run key-major).
+  const std::int64_t tile_count = p.tile_gate != nullptr ? min(p.tile_count, *p.tile_gate) : p.tile_count;
   const std::int64_t first_tile = blockIdx.x, stride = gridDim.x;
   auto tile_number = [&](int j) { return first_tile + std::int64_t(j) * stride; };
-  auto has_tile = [&](int j) { return tile_number(j) < p.tile_count; };
+  auto has_tile = [&](int j) { return tile_number(j) < tile_count; };
+  if (!has_tile(0)) return;
+  auto plan = [&](int j, int b, int w, int lane, auto sync, auto workers) {
+    constexpr int kWorkers = decltype(workers)::value;
+    if constexpr (kKeyMajor)
+      plan_item<kF16, kWorkers>(p, tile_number(j), smem, b, w, sync);
+    else
+      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync);
+  };
   auto plan_at = [&](int j) { return smem + W::kPlans + plan_buffer(j) * W::kPlanBytes; };
 
   if (tid == W::kProducerWarp * 32) {
@@ -77,7 +91,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     sm90::mbar_init_fence();
   }
   // Tile 0: the whole CTA plans it (there is nothing to overlap yet).
-  plan_tile<kF16, W::kThreads>(p, tile_number(0), smem, plan_buffer(0), tid, lane, [] { __syncthreads(); });
+  plan(0, plan_buffer(0), tid, lane, [] { __syncthreads(); }, std::integral_constant<int, W::kThreads>{});
 
   if (warp >= W::kProducerWarp) {
     sm90::regs_dec<W::producer_regs(kKind)>();
@@ -89,8 +103,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       if (warp > W::kProducerWarp) {
         if (j > 0) {
           if (j >= 2) sm90::named_barrier_sync(W::kPlanFree + b, W::kPlanFreeThreads);
-          plan_tile<kF16, W::kPlanners>(p, tile_number(j), smem, b, ptid - 32, lane,
-                                        [] { sm90::named_barrier_sync(W::kPlanBar, W::kPlanners); });
+          plan(j, b, ptid - 32, lane, [] { sm90::named_barrier_sync(W::kPlanBar, W::kPlanners); },
+               std::integral_constant<int, W::kPlanners>{});
           sm90::named_barrier_arrive(W::kPlanFull + b, W::kPlanFullThreads);
         }
         if constexpr (kKind == KvKind::half) continue;
@@ -115,27 +129,32 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   // ---- consumers (kernel_wgmma_consumer.cuh) ----
   sm90::regs_inc<W::consumer_regs(kKind)>();
   const int wg = warp >> 2;
-  const Consumer c{smem, bar, first_tile, stride, wg, lane, 64 * wg + 16 * (warp & 3) + (lane >> 2), 2 * (lane & 3),
-                   smem_u32(smem + W::kK), smem_u32(smem + W::kV)};
+  const Consumer c{smem,       bar,  first_tile, stride, tile_count, wg, lane, 64 * wg + 16 * (warp & 3) + (lane >> 2),
+                   2 * (lane & 3), smem_u32(smem + W::kK), smem_u32(smem + W::kV)};
   // The turn to issue starts with warpgroup 0.
   if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kTurnPeers);
   if constexpr (kKind == KvKind::half)
-    consume_tiles<kF16>(p, c);
+    consume_tiles<kF16, kKeyMajor>(p, c);
   else
     consume_one_tile<kF16>(p, c);
 }
 
-// Raises the kernel's dynamic shared-memory limit, once per device.
-template <KvKind kKind, bool kF16>
-void prepare_attend_wgmma_tiles() {
-  static std::atomic<std::uint64_t> done{0};  // bit d: device d prepared
+// Raises `kernel`'s dynamic shared-memory limit to WgmmaTile::kBytes, once per
+// device (bit d of `done`: device d prepared).
+template <class Kernel>
+void raise_smem_limit_once(std::atomic<std::uint64_t>& done, Kernel kernel) {
   int device = 0;
   MSA_CUDA_CHECK(cudaGetDevice(&device));
   const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
   if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_wgmma_tile_kernel<kKind, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      WgmmaTile::kBytes));
+  MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTile::kBytes));
   done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <KvKind kKind, bool kF16>
+void prepare_attend_wgmma_tiles() {
+  static std::atomic<std::uint64_t> done{0};
+  raise_smem_limit_once(done, attend_wgmma_tile_kernel<kKind, kF16>);
 }
 
 // Launches the wgmma token-tile kernel over p.tile_count tile numbers
@@ -153,6 +172,27 @@ void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaSt
   }
   if (ctas <= 0) return;
   attend_wgmma_tile_kernel<kKind, kF16>
+      <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+template <bool kF16>
+void prepare_attend_key_major() {
+  static std::atomic<std::uint64_t> done{0};
+  raise_smem_limit_once(done, attend_wgmma_tile_kernel<KvKind::half, kF16, true>);
+}
+
+// Launches the key-major work items (p.km_items, at most p.tile_count, the
+// device's count behind p.tile_gate) on one persistent CTA per SM.
+template <bool kF16>
+void launch_attend_key_major(const AttendParams& p, const KvMaps& maps, cudaStream_t stream) {
+  prepare_attend_key_major<kF16>();
+  int device = 0, sms = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::int64_t ctas = std::min<std::int64_t>(p.tile_count, std::max(sms, 1));
+  if (ctas <= 0) return;
+  attend_wgmma_tile_kernel<KvKind::half, kF16, true>
       <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);
   MSA_CUDA_CHECK_LAUNCH();
 }

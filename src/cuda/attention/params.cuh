@@ -24,6 +24,12 @@ inline constexpr int kBlockKeys = 128;    // keys per selected block (= page siz
 inline constexpr int kDim = 128;          // head dim
 inline constexpr int kMaxEntries = 64;    // largest top-k
 
+// A key-major work item: `count` tokens of one k2q row (KV head `head`,
+// request `request`, block `block`), the plan's edges edge .. edge + count - 1.
+struct KeyMajorItem {
+  std::int32_t head, request, block, edge, count, pad[3];
+};
+
 struct AttendParams {
   // ---- queries and outputs ----
   const void* q = nullptr;  // [num_tokens, num_q_heads, 128] q_kind
@@ -82,6 +88,15 @@ struct AttendParams {
   int tile_tokens = 0;       // token-tile launch: tokens per tile (heuristics.hpp), else 0
   int tile_pass_keys = 128;  // token-tile launch: keys per pass over a block, 64 or 128
   std::int64_t tile_count = 0;  // token-tile launch: tile numbers x KV heads (heuristics.hpp, tile_ctas)
+  // wgmma tile launches of a step that may run key-major: the launch runs
+  // min(tile_count, *tile_gate) tiles (the device's choice, key_major.cu); null: tile_count.
+  const std::int64_t* tile_gate = nullptr;
+  // ---- key-major launch (tile = work item; heuristics.hpp, KeyMajorLayout) ----
+  const KeyMajorItem* km_items = nullptr;   // [tile_count]
+  const std::int32_t* km_tokens = nullptr;  // [edges] the k2q plan's tokens
+  const std::int32_t* km_slots = nullptr;   // [edges] their slots
+  void* km_partial_out = nullptr;         // [num_tokens, num_q_heads, topk_count, 128] out dtype
+  float* km_partial_lse = nullptr;        // [num_tokens, num_q_heads, topk_count]
   // Row-kernel launch: CTA blockIdx.x is row-kernel CTA cta_offset + blockIdx.x
   // (decode and prefill rows launch apart). cluster_splits > 1: the launch's
   // CTAs form clusters of that many, one row's splits, merged through

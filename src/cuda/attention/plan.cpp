@@ -37,6 +37,9 @@ void check_shape(const AttentionShape& s) {
   MSA_CHECK(!is_half(s.q_dtype) || s.out_dtype == s.q_dtype, "attention shape: out_dtype = ",
             dtype_name(s.out_dtype), " but a ", dtype_name(s.q_dtype),
             " query gives an output of the same dtype");
+  const auto order = static_cast<std::int32_t>(s.prefill_order);
+  MSA_CHECK(order >= 0 && order <= 2, "attention shape: prefill_order = ", order,
+            " is not query_major (0), key_major (1) or automatic (2)");
   MSA_CHECK(is_half(s.kv_dtype) || is_fp8(s.kv_dtype) || s.kv_dtype == DType::nvfp4,
             "attention shape: kv_dtype = ", dtype_name(s.kv_dtype),
             " but the KV cache is bf16, fp16, fp8_e4m3, fp8_e5m2 or nvfp4");
@@ -67,6 +70,38 @@ Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
                             shape.topk, device_sm_count(), cluster_capacity(shape));
 }
 
+// Rows per KV head of the step's k2q plan when the step may run key-major
+// (heuristics.hpp, key_major_mode), else 0.
+std::int64_t key_major_rows(const BatchMetadata& meta, const AttentionShape& shape) {
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const int tokens = tile_tokens(group, shape.topk);
+  const bool half = is_half(shape.kv_dtype);
+  // (Prefill rows run as tiles when they do not split, which steps of
+  // kKeyMajorMinTokens tokens never do; attend() checks the plan's split.)
+  const bool wgmma = meta.num_tokens > meta.num_decode_tokens && use_token_tiles(group, shape.topk, 1) &&
+                     use_wgmma_tiles(half, group, tokens);
+  if (key_major_mode(static_cast<int>(shape.prefill_order), half, wgmma, meta.num_tokens, meta.num_decode_tokens,
+                     meta.num_requests) == KeyMajorMode::off)
+    return 0;
+  std::int64_t rows = 0;
+  for (std::int32_t r = 0; r < meta.num_requests && r < std::int32_t(meta.seq_lens.size()); ++r)
+    rows += meta.num_blocks(r);
+  return rows;
+}
+
+// Bytes of the whole workspace: the split partials, then the key-major data.
+std::size_t workspace_end(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
+                          std::int64_t km_rows) {
+  const std::size_t split_bytes =
+      workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, splits).bytes;
+  if (km_rows <= 0) return split_bytes;
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const std::size_t k2q = k2q_workspace_bytes(meta.num_tokens, meta.num_requests, shape.num_kv_heads, shape.topk, km_rows);
+  return key_major_layout(split_bytes, meta.num_tokens, shape.num_q_heads, shape.num_kv_heads, shape.topk, km_rows,
+                          tile_tokens(group, shape.topk), k2q)
+      .end;
+}
+
 }  // namespace
 }  // namespace attention
 
@@ -74,9 +109,7 @@ std::size_t attention_workspace_bytes(const BatchMetadata& meta, const Attention
   attention::check_shape(shape);
   attention::check_meta(meta);
   const attention::Splits splits = attention::step_splits(meta, shape);
-  return attention::workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads,
-                                     shape.num_kv_heads, splits)
-      .bytes;
+  return attention::workspace_end(meta, shape, splits, attention::key_major_rows(meta, shape));
 }
 
 AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
@@ -90,8 +123,13 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
   MSA_CHECK(workspace_bytes >= layout.bytes, "attention plan: workspace_bytes = ", workspace_bytes,
             " but the plan needs ", layout.bytes, " (", layout.partial_tokens, " tokens x ",
             shape.num_q_heads, " heads x ", layout.max_splits, " splits of fp32 partials)");
-  MSA_CHECK(layout.bytes == 0 || workspace != nullptr, "attention plan: workspace is null but ",
-            layout.bytes, " bytes are needed");
+  const std::int64_t km_rows = attention::key_major_rows(meta, shape);
+  const std::size_t needed = attention::workspace_end(meta, shape, splits, km_rows);
+  MSA_CHECK(workspace_bytes >= needed, "attention plan: workspace_bytes = ", workspace_bytes, " but the plan needs ",
+            needed, " (the key-major plan, work items and partials of a ", meta.num_tokens,
+            "-token prefill step: see attention_workspace_bytes)");
+  MSA_CHECK(needed == 0 || workspace != nullptr, "attention plan: workspace is null but ", needed,
+            " bytes are needed");
   MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % 16 == 0,
             "attention plan: workspace must be 16-byte aligned");
 
@@ -103,6 +141,7 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
   plan.prefill_splits = splits.prefill;
   plan.workspace = workspace;
   plan.workspace_bytes = workspace_bytes;
+  plan.key_major_rows = km_rows;
   if (layout.bytes > 0) {
     auto* base = static_cast<unsigned char*>(workspace);
     plan.partial_out = reinterpret_cast<float*>(base + layout.out_offset);

@@ -118,30 +118,38 @@ __global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::i
   const std::int32_t* ids = topk.row(t, h);  // [K]
   bool open = true;                          // still inside the valid prefix
   int placed = 0;
-  for (int k = 0; k < K; ++k) {
-    const std::int64_t e = list * K + k;
+  // The row of entry k, or -1 when it is not placed.
+  auto place = [&](int k, std::int64_t e) -> std::int64_t {
     vals[e] = std::int32_t(e);
     keys[e] = past;
     const int id = open ? ids[k] : -1;
     if (id < 0) {
       open = false;
-      continue;
+      return -1;
     }
     if (pos < 0 || id > pos / kBlockSize || id >= blocks) {
       detail::record_bad(check, detail::kBadTopkId, t, h, k, id, r, pos < 0 ? 0 : pos / kBlockSize + 1);
-      continue;
+      return -1;
     }
     bool repeat = false;
     for (int j = 0; j < k; ++j) repeat = repeat || ids[j] == id;
-    if (repeat) continue;
+    if (repeat) return -1;
     const std::int64_t row = first_row + id;
     if (row_start[r] + id >= num_rows) {  // device seq_lens give more rows than the plan holds
       detail::record_bad(check, detail::kBadTopkId, t, h, k, id, r, blocks);
-      continue;
+      return -1;
     }
     keys[e] = std::uint32_t(row);
-    atomicAdd(&hist[row], 1);
     ++placed;
+    return row;
+  };
+  const int lane = threadIdx.x & 31;
+  for (int k = 0; k < K; ++k) {
+    const std::int64_t row = place(k, list * K + k);
+    // One atomic per distinct row among the lanes here (neighbouring tokens
+    // often select the same blocks, and few rows would serialize them).
+    const unsigned same = __match_any_sync(__activemask(), static_cast<unsigned long long>(row));
+    if (row >= 0 && __ffs(same) - 1 == lane) atomicAdd(&hist[row], __popc(same));
   }
   counts[list] = placed;
 }

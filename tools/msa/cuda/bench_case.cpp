@@ -143,6 +143,7 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   shape.q_dtype = DType::bf16;
   shape.kv_dtype = c.dtype;
   shape.out_dtype = DType::bf16;
+  shape.prefill_order = s.prefill_order;
   const std::size_t ws_bytes = cuda::attention_workspace_bytes(m, shape);
   DeviceBuffer ws(ws_bytes);
   const cuda::AttentionPlan plan = cuda::plan_attention(m, shape, ws.get(), ws_bytes, stream);

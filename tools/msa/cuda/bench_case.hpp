@@ -20,6 +20,7 @@ struct BenchSettings {
   std::uint64_t seed = 1;
   double l2_bytes = 50e6;
   double memory_budget = 40e9;  // device bytes for the rotated copies of one case
+  cuda::PrefillOrder prefill_order = cuda::PrefillOrder::query_major;  // of the attention plans
 };
 
 struct BenchResult {

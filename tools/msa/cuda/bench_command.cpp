@@ -36,6 +36,7 @@ struct BenchOptions {
   std::string pattern = "random";
   std::uint64_t seed = 1;
   int ceiling_replays = 20;
+  std::string prefill = "query-major";  // --prefill: msa::cuda::PrefillOrder of the prefill steps
   std::string json;
 };
 
@@ -94,6 +95,7 @@ void print_row(const BenchResult& r, const Ceilings& ceil) {
 
 int run_bench(const BenchOptions& o) {
   const std::string set = o.quick ? "quick" : o.set;
+
   std::vector<BenchCase> cases;
   for (const BenchCase& c : bench_case_set(set))
     if (matches_any(c, o.filters)) cases.push_back(c);
@@ -118,6 +120,9 @@ int run_bench(const BenchOptions& o) {
   s.budget_ms = o.budget_ms;
   s.pattern = o.pattern == "clustered" ? TopkPattern::clustered : TopkPattern::random;
   s.seed = o.seed;
+  s.prefill_order = o.prefill == "key-major" ? cuda::PrefillOrder::key_major
+                    : o.prefill == "auto"    ? cuda::PrefillOrder::automatic
+                                             : cuda::PrefillOrder::query_major;
   s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
   s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
 
@@ -192,6 +197,7 @@ int run_bench(const BenchOptions& o) {
           {"budget_ms", o.budget_ms},
           {"pattern", o.pattern},
           {"seed", o.seed},
+          {"prefill", o.prefill},
           {"set", set},
           {"quick", set == "quick"},
           {"filters", o.filters},
@@ -240,6 +246,11 @@ Command register_bench(CLI::App& app) {
   sub->add_option("--ceiling-replays", o->ceiling_replays, "replays of the copy and GEMM ceilings")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
+  sub->add_option("--prefill", o->prefill,
+                  "prefill order (msa::cuda::PrefillOrder): query-major (token tiles), key-major, or auto (steps of "
+                  ">= 8192 tokens build the k2q plan and the device picks)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"query-major", "key-major", "auto"}));
   sub->add_option("--json", o->json, "also write everything as JSON to FILE");
   return Command{sub, [o] { return run_bench(*o); }};
 }

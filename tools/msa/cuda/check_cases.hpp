@@ -3,7 +3,7 @@
 // the coverage of the list is unit-tested on the CPU (test_bench_accounting).
 //
 // Every dimension (KV flavor, layout, GQA group, top-k, batch kind, query dtype,
-// index dtype) walks through all its values once per "round" of cases, in an
+// index dtype, prefill order) walks through all its values once per "round" of cases, in an
 // order shuffled per round, so any `size` consecutive cases cover all `size`
 // values of a dimension while the combinations still vary.
 #pragma once
@@ -72,6 +72,7 @@ struct CheckCase {
   DType index_dtype = DType::bf16;
   bool own_index_table = false;   // index cache has its own pages and block table
   bool shuffle_topk = false;      // attend reads the valid entries in random order
+  bool key_major = false;         // the plan asks for key-major prefill (PrefillOrder::key_major)
   BatchKind kind = BatchKind::decode;
   int decode_threshold = 1;
   std::vector<std::int32_t> query_lens;  // [num_requests]
@@ -97,6 +98,7 @@ struct CheckCase {
     s += " idx=" + std::string(dtype_name(index_dtype));
     if (own_index_table) s += "/own";
     if (shuffle_topk) s += " shuf";
+    if (key_major) s += " km";
     s += " " + std::string(batch_kind_name(kind)) + " [";
     for (std::size_t r = 0; r < query_lens.size(); ++r) {
       if (r) s += " ";
@@ -251,6 +253,8 @@ inline std::vector<CheckCase> make_check_cases(std::uint64_t seed, int count, bo
     c.src_dtype = rng.chance(0.5) ? DType::bf16 : DType::fp16;
     c.own_index_table = rng.chance(0.5);
     c.shuffle_topk = rng.chance(0.3);
+    // (It changes only prefill-only steps on bf16 / fp16 caches whose tiles are 128 rows.)
+    c.key_major = detail::cycled(seed, 7, 2, i) == 1;
     detail::make_requests(c, rng, i, quick);
     cases.push_back(std::move(c));
   }

@@ -1,0 +1,57 @@
+// The steps around the key-major launch of a prefill step (key_major.cu): the
+// k2q plan and its work items, the device's choice between the key-major and
+// the token-tile kernels, and the merge of each token's partials. The kernel
+// itself is attend_wgmma_tile_kernel<half, kF16, true> (kernel_wgmma_tile.cuh).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/attention/heuristics.hpp"
+#include "cuda/attention/kv_maps.hpp"
+#include "cuda/attention/params.cuh"
+#include "msa/cuda.hpp"
+
+namespace msa::cuda::attention {
+
+// Where one key-major step's data live in the plan's workspace.
+struct KeyMajorBuffers {
+  KeyMajorLayout layout;
+  unsigned char* base = nullptr;  // the workspace
+  KeyMajorItem* items() const { return reinterpret_cast<KeyMajorItem*>(base + layout.items); }
+  std::int64_t* stats() const { return reinterpret_cast<std::int64_t*>(base + layout.stats); }
+  std::int32_t* tokens() const { return reinterpret_cast<std::int32_t*>(base + layout.tokens); }
+  std::int32_t* slots() const { return reinterpret_cast<std::int32_t*>(base + layout.slots); }
+  void* partial_out() const { return base + layout.partial_out; }
+  float* partial_lse() const { return reinterpret_cast<float*>(base + layout.partial_lse); }
+  // stats: [0] items written, [1] tile rounds, [2] key-major gate, [3] token-tile gate
+  const std::int64_t* key_major_gate() const { return stats() + 2; }
+  const std::int64_t* tile_gate() const { return stats() + 3; }
+};
+
+// The key-major layout of a plan (its key_major_rows > 0), after the split layout.
+KeyMajorLayout plan_key_major_layout(const AttentionPlan& plan, std::int32_t num_requests, int tokens_per_tile);
+
+// Enqueues on `stream`: the k2q plan (msa::cuda::build_k2q), the work items of
+// tokens_per_tile tokens, the choice (prefer_key_major; `always`: the override)
+// into the gates, and, if key-major, -inf in every partial lse.
+void prepare_key_major(const KeyMajorBuffers& km, const StepView& step, const AttentionArgs& args,
+                       const AttendParams& p, int tokens_per_tile, bool always, cudaStream_t stream,
+                       const DeviceCheck& check);
+
+// Merges each (token, query head)'s partials into p.out / p.lse, if the
+// device chose key-major.
+void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream);
+
+// The key-major kernel over the work items (instance_key_major.cu).
+template <bool kF16>
+void launch_attend_key_major(const AttendParams& p, const KvMaps& maps, cudaStream_t stream);
+template <bool kF16>
+void prepare_attend_key_major();
+extern template void launch_attend_key_major<false>(const AttendParams&, const KvMaps&, cudaStream_t);
+extern template void launch_attend_key_major<true>(const AttendParams&, const KvMaps&, cudaStream_t);
+extern template void prepare_attend_key_major<false>();
+extern template void prepare_attend_key_major<true>();
+
+}  // namespace msa::cuda::attention
