@@ -19,6 +19,7 @@
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/kernel_stage.cuh"
 #include "cuda/attention/params.cuh"
+#include "cuda/attention/prepare_once.hpp"
 #include "cuda/attention/ptx.cuh"
 #include "cuda/common/check.cuh"
 
@@ -158,35 +159,23 @@ int& cluster_capacity(int device, int size) {
 // and again harmlessly by the launch).
 template <KvKind kKind, bool kF16>
 void prepare_attend() {
-  static std::atomic<std::uint64_t> done{0};  // bit d: device d prepared
-  int device = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<kKind, kF16>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      SmemLayout<kKind>::kBytes));
-  if (bit == 0) return;  // device >= 64: no cluster merge (capacity unknown)
-  for (int size = 2; size <= kMaxClusterSplits; ++size) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(size));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = SmemLayout<kKind>::kBytes;
-    cudaLaunchAttribute cluster[1] = {};
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = static_cast<unsigned>(size);
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, attend_kernel<kKind, kF16>, &config) != cudaSuccess) {
-      (void)cudaGetLastError();  // cluster launches unavailable: merge through the workspace
-      clusters = 0;
+  static std::atomic<std::uint64_t> done{0};
+  once_per_device(done, [](int device) {
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<kKind, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        SmemLayout<kKind>::kBytes));
+    if (device >= 64) return;  // no cluster merge (capacity unknown)
+    for (int size = 2; size <= kMaxClusterSplits; ++size) {
+      cudaLaunchAttribute cluster;
+      const cudaLaunchConfig_t config = cluster_launch_config(
+          static_cast<unsigned>(size), kThreads, SmemLayout<kKind>::kBytes, static_cast<unsigned>(size), nullptr, cluster);
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, attend_kernel<kKind, kF16>, &config) != cudaSuccess) {
+        (void)cudaGetLastError();  // cluster launches unavailable: merge through the workspace
+        clusters = 0;
+      }
+      cluster_capacity<kKind, kF16>(device, size) = clusters;
     }
-    cluster_capacity<kKind, kF16>(device, size) = clusters;
-  }
-  done.fetch_or(bit, std::memory_order_acq_rel);
+  });
 }
 
 // Clusters of `size` CTAs (2..kMaxClusterSplits) of the row kernel that the
@@ -216,18 +205,10 @@ void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream
     if (ctas / cluster_splits > capacity) cluster_splits = 0;
   }
   if (cluster_splits > 1) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(ctas));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = SmemLayout<kKind>::kBytes;
-    config.stream = stream;
-    cudaLaunchAttribute cluster[1] = {};
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = static_cast<unsigned>(cluster_splits);
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = 1;
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t config =
+        cluster_launch_config(static_cast<unsigned>(ctas), kThreads, SmemLayout<kKind>::kBytes,
+                              static_cast<unsigned>(cluster_splits), stream, cluster);
     MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<kKind, kF16>, p));
   } else {
     AttendParams q = p;

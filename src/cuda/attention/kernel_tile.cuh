@@ -154,18 +154,11 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
 // Raises the kernels' dynamic shared-memory limit, once per device.
 template <KvKind kKind, bool kF16>
 void prepare_attend_tiles() {
-  static std::atomic<std::uint64_t> done{0};  // bit d: device d prepared
-  int device = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_tile_kernel<kKind, kF16, 64>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      TileLayout<kKind>::kBytes));
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_tile_kernel<kKind, kF16, 128>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      TileLayout<kKind>::kBytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
+  static std::atomic<std::uint64_t> done{0};
+  once_per_device(done, [](int) {
+    for (auto kernel : {attend_tile_kernel<kKind, kF16, 64>, attend_tile_kernel<kKind, kF16, 128>})
+      MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TileLayout<kKind>::kBytes));
+  });
 }
 
 // Launches the token-tile kernel (p.tile_pass_keys keys per pass) over `ctas`

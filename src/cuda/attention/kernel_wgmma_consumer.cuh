@@ -68,6 +68,45 @@ __device__ __forceinline__ void issue_qk(float (&sc)[64], std::uint32_t q_base, 
   }
 }
 
+// A round with PV(slot) alone (the warpgroup attended the previous block,
+// not this one): issue, hand the turn on (pass_turn), wait.
+template <bool kF16, class PassTurn>
+__device__ __forceinline__ void round_pv(float (&o)[64], std::uint32_t (&pa)[8][4], std::uint32_t v_base, int slot,
+                                         PassTurn pass_turn) {
+  sm90::fence_registers(o);
+  sm90::wgmma_fence();
+  issue_pv<kF16>(o, pa, v_base, slot);
+  sm90::wgmma_commit();
+  pass_turn();
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(o);
+  sm90::fence_registers(pa);
+}
+
+// A round with QK(slot) alone: issue, hand the turn on, wait for the scores.
+template <bool kF16, class PassTurn>
+__device__ __forceinline__ void round_qk(float (&sc)[64], std::uint32_t q_base, std::uint32_t k_base, int slot,
+                                         PassTurn pass_turn) {
+  sm90::fence_registers(sc);
+  sm90::wgmma_fence();
+  issue_qk<kF16>(sc, q_base, k_base, slot);
+  sm90::wgmma_commit();
+  pass_turn();
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(sc);
+}
+
+// A tile's fresh accumulators: O and S zero, running max -inf, sums 0, P zero.
+__device__ __forceinline__ void clear_tile_state(float (&o)[64], float (&sc)[64], float (&m)[2], float (&l)[2],
+                                                 std::uint32_t (&pa)[8][4]) {
+#pragma unroll
+  for (int e = 0; e < 64; ++e) o[e] = sc[e] = 0.0f;
+  m[0] = m[1] = -INFINITY;
+  l[0] = l[1] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < 8; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0;
+}
+
 // The thread's two rows of a tile, normalised by their sums, with their lse;
 // 0 and -inf for rows that attended nothing.
 //   o: [64] output fragment; m, l: the rows' running max (log2) and sum
@@ -152,13 +191,9 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     if constexpr (kKeyMajor) tile_row_targets<true>(p, c, c.plan(b) + WgmmaTile::kHeaderBytes, first, count, head, at);
 
     const std::uint32_t q_base = c.q_base(b);
-    float o[64], sc[64];
-#pragma unroll
-    for (int e = 0; e < 64; ++e) o[e] = sc[e] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[64], sc[64], m[2], l[2];
     std::uint32_t pa[8][4];
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0;
+    clear_tile_state(o, sc, m, l, pa);
 
     bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
     for (int i = 0; i <= n; ++i) {
@@ -196,22 +231,9 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
         sm90::fence_registers(pa);
         softmax_output<kF16>(sc, o, pa, r);
       } else if (prev_active) {
-        sm90::fence_registers(o);
-        sm90::wgmma_fence();
-        issue_pv<kF16>(o, pa, c.v_base, sp);
-        sm90::wgmma_commit();
-        pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(o);
-        sm90::fence_registers(pa);
+        round_pv<kF16>(o, pa, c.v_base, sp, pass_turn);
       } else if (active) {
-        sm90::fence_registers(sc);
-        sm90::wgmma_fence();
-        issue_qk<kF16>(sc, q_base, c.k_base, s);
-        sm90::wgmma_commit();
-        pass_turn();
-        sm90::wgmma_wait<0>();
-        sm90::fence_registers(sc);
+        round_qk<kF16>(sc, q_base, c.k_base, s, pass_turn);
         const Rescale r = scores();
         softmax_output<kF16>(sc, o, pa, r);
       } else {
@@ -256,13 +278,9 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
   const std::uint64_t wg_tokens = wg_hi < wg_lo ? 0 : upto & ~((std::uint64_t(1) << wg_lo) - 1);
   const std::uint32_t q_base = c.q_base(0);
 
-  float o[64], sc[64];
-#pragma unroll
-  for (int e = 0; e < 64; ++e) o[e] = sc[e] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[64], sc[64], m[2], l[2];
   std::uint32_t pa[8][4];
-#pragma unroll
-  for (int kk = 0; kk < 8; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0;
+  clear_tile_state(o, sc, m, l, pa);
 
   bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
   for (int i = 0;; ++i) {
@@ -290,22 +308,9 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
       sm90::fence_registers(sc);
       sm90::fence_registers(pa);
     } else if (prev_active) {
-      sm90::fence_registers(o);
-      sm90::wgmma_fence();
-      issue_pv<kF16>(o, pa, c.v_base, sv);
-      sm90::wgmma_commit();
-      pass_turn();
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(o);
-      sm90::fence_registers(pa);
+      round_pv<kF16>(o, pa, c.v_base, sv, pass_turn);
     } else if (active) {
-      sm90::fence_registers(sc);
-      sm90::wgmma_fence();
-      issue_qk<kF16>(sc, q_base, c.k_base, sq);
-      sm90::wgmma_commit();
-      pass_turn();
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(sc);
+      round_qk<kF16>(sc, q_base, c.k_base, sq, pass_turn);
     } else {
       pass_turn();
     }

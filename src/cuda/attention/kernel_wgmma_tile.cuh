@@ -140,15 +140,12 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
 }
 
 // Raises `kernel`'s dynamic shared-memory limit to WgmmaTile::kBytes, once per
-// device (bit d of `done`: device d prepared).
+// device (`done`: once_per_device).
 template <class Kernel>
 void raise_smem_limit_once(std::atomic<std::uint64_t>& done, Kernel kernel) {
-  int device = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  const std::uint64_t bit = device < 64 ? std::uint64_t(1) << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTile::kBytes));
-  done.fetch_or(bit, std::memory_order_acq_rel);
+  once_per_device(done, [&](int) {
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTile::kBytes));
+  });
 }
 
 template <KvKind kKind, bool kF16>
