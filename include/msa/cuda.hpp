@@ -107,6 +107,9 @@ struct AttentionShape {
   DType kv_dtype = DType::bf16;
   DType out_dtype = DType::bf16;
   PrefillOrder prefill_order = PrefillOrder::query_major;
+  // Split-K factor of the decode / verify rows: 0 lets the plan choose (the
+  // default); 1-16 forces it (tuning and experiments).
+  std::int32_t decode_splits = 0;
 };
 
 // A plan: plain values and pointers into the caller's workspace.

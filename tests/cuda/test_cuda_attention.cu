@@ -321,6 +321,40 @@ TEST(CudaAttentionRows, ForcedSplits) {
   }
 }
 
+// The public split knob (AttentionShape::decode_splits): the plan takes it,
+// its workspace holds the split partials, the result still matches the oracle;
+// a value past kMaxSplits is refused naming the field.
+TEST(CudaAttentionRows, ShapeDecodeSplits) {
+  MSA_SKIP_WITHOUT_GPU();
+  Case c = named("shape_decode_splits");
+  c.seed = 9191;
+  c.q_heads = 16, c.kv_heads = 1;
+  c.requests = decodes({0, 129, 900, 3000, 5000});
+  MSA_TRACE_SEED(c.seed);
+  Workload w = make_workload(c);
+  const BatchMetadata& meta = w.meta();
+  const auto topk = random_topk(meta, c.kv_heads, c.topk, c.seed, false);
+  w.topk = topk;
+  const Result want = oracle(w, meta, topk);
+  for (const int splits : {1, 3, 4, 9, 16}) {
+    DeviceInputs d(w, meta, topk);
+    d.shape.decode_splits = splits;
+    Planned p = make_plan(meta, d.shape);
+    EXPECT_EQ(p.plan.decode_splits, splits);
+    msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
+    msa::test::device_sync();
+    expect_close(d.result(), want, "shape.decode_splits " + std::to_string(splits));
+  }
+  DeviceInputs d(w, meta, topk);
+  d.shape.decode_splits = 17;
+  try {
+    (void)msa::cuda::attention_workspace_bytes(meta, d.shape);
+    ADD_FAILURE() << "decode_splits = 17 was accepted";
+  } catch (const msa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("decode_splits = 17"), std::string::npos) << e.what();
+  }
+}
+
 // A decode step captured once in a CUDA graph and replayed with new top-k,
 // sequence lengths, block tables and queries copied into the same buffers.
 // forced: the plan's split factors (else the heuristic's).

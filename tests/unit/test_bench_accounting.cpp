@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -67,6 +68,26 @@ TEST(BenchAccounting, AttendTrafficByHand) {
   // Head 0 reads {0, 2}, head 1 reads {1, 2, 0}: 5 distinct (request, head, block).
   EXPECT_EQ(t.blocks, 5);
   EXPECT_DOUBLE_EQ(t.bytes, 5000.0);
+}
+
+TEST(BenchAccounting, ReadBlocksAreTheCountedBlocks) {
+  // The AttendTrafficByHand step, then MultiRequestPrefillByHand's: the read
+  // floor gathers exactly the blocks the traffic counts, in first-use order.
+  using Blocks = std::vector<std::array<std::int32_t, 3>>;
+  auto read = [](const std::vector<std::int32_t>& qs, const std::vector<std::int32_t>& seq,
+                 const std::vector<std::int32_t>& topk, int heads, int k) {
+    Blocks out;
+    for_each_read_block(qs, seq, topk, heads, k, [&](std::int32_t r, int h, std::int32_t b) {
+      out.push_back({r, h, b});
+    });
+    return out;
+  };
+  const Blocks one = read(starts({2}), {300}, {0, 2, 1, 2, 0, 2, 0, 2}, 2, 2);
+  EXPECT_EQ(one, (Blocks{{0, 0, 0}, {0, 0, 2}, {0, 1, 1}, {0, 1, 2}, {0, 1, 0}}));
+  const Blocks two = read(starts({2, 2}), {130, 130}, {0, 1, 0, 1, 1, -1, 0, 1}, 1, 2);
+  EXPECT_EQ(two, (Blocks{{0, 0, 0}, {0, 0, 1}, {1, 0, 1}, {1, 0, 0}}));
+  // Padding and ineligible ids read nothing.
+  EXPECT_TRUE(read(starts({1, 1}), {0, 129}, {-1, -1, 1, -1}, 1, 2) == (Blocks{{1, 0, 1}}));
 }
 
 TEST(BenchAccounting, AttendTrafficSkipsPaddingAndInvalid) {
@@ -278,11 +299,12 @@ TEST(BenchCases, DefaultSweepCoversAndFits) {
     // Two copies of the inputs fit in 60 GB with room for the shared parts.
     EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9) << c.name();
   }
-  EXPECT_EQ(cases.size(), 336u);  // 48 prefill (two chunk sizes) + 288 decode/verify
+  EXPECT_EQ(cases.size(), 408u);  // 48 prefill (two chunk sizes) + 360 decode/verify (5 batches x 3 q)
   EXPECT_EQ(*contexts.begin(), 8192);
   EXPECT_EQ(*contexts.rbegin(), 131072);
   EXPECT_EQ(*batches.begin(), 1);
   EXPECT_EQ(*batches.rbegin(), 128);
+  EXPECT_EQ(batches.count(64), 1u);
   EXPECT_EQ(qlens, (std::set<std::int32_t>{1, 2, 4}));
   EXPECT_GT(prefills, 0);
   EXPECT_EQ(kinds.size(), 4u);  // attend x {bf16, fp8, nvfp4}, index x bf16

@@ -40,6 +40,8 @@ void check_shape(const AttentionShape& s) {
   const auto order = static_cast<std::int32_t>(s.prefill_order);
   MSA_CHECK(order >= 0 && order <= 2, "attention shape: prefill_order = ", order,
             " is not query_major (0), key_major (1) or automatic (2)");
+  MSA_CHECK(s.decode_splits >= 0 && s.decode_splits <= kMaxSplits, "attention shape: decode_splits = ",
+            s.decode_splits, " is not in [0, ", kMaxSplits, "] (0: the plan chooses)");
   MSA_CHECK(is_half(s.kv_dtype) || is_fp8(s.kv_dtype) || s.kv_dtype == DType::nvfp4,
             "attention shape: kv_dtype = ", dtype_name(s.kv_dtype),
             " but the KV cache is bf16, fp16, fp8_e4m3, fp8_e5m2 or nvfp4");
@@ -66,8 +68,10 @@ void check_meta(const BatchMetadata& meta) {
 // merge in thread-block clusters on this device.
 Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
   prepare_kernels(shape);
-  return choose_step_splits(meta.num_tokens, meta.num_decode_tokens, shape.num_kv_heads,
-                            shape.topk, device_sm_count(), cluster_capacity(shape));
+  Splits s = choose_step_splits(meta.num_tokens, meta.num_decode_tokens, shape.num_kv_heads, shape.topk,
+                                device_sm_count(), cluster_capacity(shape));
+  if (shape.decode_splits > 0 && meta.num_decode_tokens > 0) s.decode = shape.decode_splits;
+  return s;
 }
 
 // Rows per KV head of the step's k2q plan when the step may run key-major

@@ -106,12 +106,12 @@ inline constexpr std::int32_t kLongPrefillChunk = 32768;
 
 // The default sweep: MiniMax-M3 per-rank shapes 16/1 (TP4) and 64/4 (TP1);
 // attend over KV bf16, fp8 e4m3 (per-tensor scale) and nvfp4; prefill chunks of
-// 4096 and 32768 tokens; decode batches 1..128 at query lengths 1, 2, 4; contexts 8K..128K.
+// 4096 and 32768 tokens; decode batches 1, 8, 32, 64, 128 at query lengths 1, 2, 4; contexts 8K..128K.
 inline std::vector<BenchCase> default_bench_cases() {
   static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
   static constexpr DType kKv[] = {DType::bf16, DType::fp8_e4m3, DType::nvfp4};
   static constexpr std::int32_t kContexts[] = {8192, 32768, 131072};
-  static constexpr std::int32_t kBatches[] = {1, 8, 32, 128};
+  static constexpr std::int32_t kBatches[] = {1, 8, 32, 64, 128};
   static constexpr std::int32_t kQueryLens[] = {1, 2, 4};
   std::vector<BenchCase> out;
   for (const BenchOp op : {BenchOp::attend, BenchOp::index}) {
@@ -239,12 +239,13 @@ inline std::int32_t token_position(std::int32_t seq_len, std::int32_t query_len,
   return seq_len <= 0 ? -1 : seq_len - query_len + i;
 }
 
+// Calls fn(request, kv_head, block) once for every distinct block the step's
+// attention reads: the blocks attend_traffic counts, request by request, head
+// by head, in order of first selection.
 //   topk: [num_tokens, num_kv_heads, topk] token-major
-inline Traffic attend_traffic(const std::vector<std::int32_t>& query_start,
-                              const std::vector<std::int32_t>& seq_lens,
-                              const std::vector<std::int32_t>& topk_ids, int num_kv_heads, int group,
-                              int topk, std::int64_t block_bytes) {
-  Traffic t;
+template <class Fn>
+void for_each_read_block(const std::vector<std::int32_t>& query_start, const std::vector<std::int32_t>& seq_lens,
+                         const std::vector<std::int32_t>& topk_ids, int num_kv_heads, int topk, Fn&& fn) {
   std::vector<std::uint8_t> seen;
   for (std::size_t r = 0; r + 1 < query_start.size(); ++r) {
     const std::int32_t q0 = query_start[r], qlen = query_start[r + 1] - q0;
@@ -254,18 +255,33 @@ inline Traffic attend_traffic(const std::vector<std::int32_t>& query_start,
       for (std::int32_t i = 0; i < qlen; ++i) {
         const std::int32_t* row = topk_ids.data() + (std::int64_t(q0 + i) * num_kv_heads + h) * topk;
         const std::int32_t p = token_position(seq_lens[r], qlen, i);
-        const std::int64_t k = row_keys(row, topk, p, seq_lens[r]);
-        t.keys += k * group;
-        if (k == 0) continue;
+        if (row_keys(row, topk, p, seq_lens[r]) == 0) continue;
         for (int j = 0; j < topk; ++j) {
           const std::int32_t b = row[j];
           if (b < 0 || b >= blocks || std::int64_t(b) * kBlockSize > p || seen[std::size_t(b)]) continue;
           seen[std::size_t(b)] = 1;
-          ++t.blocks;
+          fn(std::int32_t(r), h, b);
         }
       }
     }
   }
+}
+
+//   topk: [num_tokens, num_kv_heads, topk] token-major
+inline Traffic attend_traffic(const std::vector<std::int32_t>& query_start,
+                              const std::vector<std::int32_t>& seq_lens,
+                              const std::vector<std::int32_t>& topk_ids, int num_kv_heads, int group,
+                              int topk, std::int64_t block_bytes) {
+  Traffic t;
+  for (std::size_t r = 0; r + 1 < query_start.size(); ++r) {
+    const std::int32_t q0 = query_start[r], qlen = query_start[r + 1] - q0;
+    for (std::int32_t i = 0; i < qlen; ++i)
+      for (int h = 0; h < num_kv_heads; ++h)
+        t.keys += group * row_keys(topk_ids.data() + (std::int64_t(q0 + i) * num_kv_heads + h) * topk, topk,
+                                   token_position(seq_lens[r], qlen, i), seq_lens[r]);
+  }
+  for_each_read_block(query_start, seq_lens, topk_ids, num_kv_heads, topk,
+                      [&](std::int32_t, int, std::int32_t) { ++t.blocks; });
   t.flops = 4.0 * kHeadDim * double(t.keys);
   t.bytes = double(t.blocks) * double(block_bytes);
   return t;

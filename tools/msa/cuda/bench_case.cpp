@@ -20,6 +20,7 @@
 #include "msa/batch.hpp"
 #include "msa/cache.hpp"
 #include "msa/error.hpp"
+#include "read_floor.hpp"
 #include "rng.hpp"
 #include "timer.hpp"
 
@@ -94,6 +95,32 @@ void time_case(const std::function<void(int)>& direct, int copies, const BenchSe
   res.time = summarize_ms(time_replays(launch, s.warmup, std::max(n, 1), stream));
 }
 
+// The read floor of an attend case: every copy's distinct (request, KV head,
+// block) units, the K and V of one head's block (contiguous in the bench's hnd
+// and nvfp4 caches), gathered from the same pages; timed like the case.
+void time_read_floor(const BenchCase& c, const BatchMetadata& m, const std::vector<InputCopy>& copies, const DeviceBuffer& pool,
+                     const KVCacheView& cache, const BenchSettings& s, cuda::Stream stream, BenchResult& res) {
+  const ScaleMode mode = is_fp8(c.dtype) ? ScaleMode::per_tensor : ScaleMode::none;
+  const std::int64_t unit = kv_block_bytes(c.dtype, mode);
+  const std::int64_t page_bytes =
+      c.dtype == DType::nvfp4 ? cache.page_stride : cache.page_stride * std::int64_t(dtype_bytes(c.dtype));
+  std::vector<DeviceBuffer> offsets;
+  std::vector<std::int32_t> counts;
+  for (const InputCopy& cp : copies) {
+    std::vector<std::int64_t> off;
+    for_each_read_block(m.query_start, m.seq_lens, cp.topk, c.num_kv_heads, c.topk, [&](std::int32_t r, int h, std::int32_t b) {
+      const std::int32_t page = cp.map.table[std::size_t(r) * std::size_t(cp.map.max_blocks) + std::size_t(b)];
+      off.push_back(std::int64_t(page) * page_bytes + h * unit);
+    });
+    counts.push_back(std::int32_t(off.size()));
+    offsets.push_back(to_device(off));
+  }
+  BenchResult floor;
+  time_case([&](int i) { gather_blocks(pool.get(), offsets[std::size_t(i)].as<std::int64_t>(), counts[std::size_t(i)], std::int32_t(unit), stream); },
+            int(copies.size()), s, stream, floor);
+  res.read_floor = floor.time;
+}
+
 void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream stream, BenchResult& res) {
   Step st;
   make_step(c, st);
@@ -144,6 +171,7 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   shape.kv_dtype = c.dtype;
   shape.out_dtype = DType::bf16;
   shape.prefill_order = s.prefill_order;
+  shape.decode_splits = s.decode_splits;
   const std::size_t ws_bytes = cuda::attention_workspace_bytes(m, shape);
   DeviceBuffer ws(ws_bytes);
   const cuda::AttentionPlan plan = cuda::plan_attention(m, shape, ws.get(), ws_bytes, stream);
@@ -165,6 +193,7 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   res.device_bytes = double(pool.bytes() + q.bytes() + out.bytes() + ws.bytes());
   for (const InputCopy& cp : copies) res.device_bytes += double(cp.d_topk.bytes() + cp.d_table.bytes());
   time_case([&](int i) { cuda::attend(plan, st.view, args[std::size_t(i)], stream); }, res.copies, s, stream, res);
+  if (!c.prefill) time_read_floor(c, m, copies, pool, cache, s, stream, res);
 }
 
 void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream, BenchResult& res) {

@@ -21,11 +21,15 @@ struct BenchSettings {
   double l2_bytes = 50e6;
   double memory_budget = 40e9;  // device bytes for the rotated copies of one case
   cuda::PrefillOrder prefill_order = cuda::PrefillOrder::query_major;  // of the attention plans
+  std::int32_t decode_splits = 0;                                      // AttentionShape::decode_splits
 };
 
 struct BenchResult {
   BenchCase c;
   TimeStats time;
+  // Decode / verify cases: the read floor (read_floor.hpp), the gather of the
+  // step's K / V blocks alone, timed like the case; samples == 0: not measured.
+  TimeStats read_floor;
   Traffic traffic;          // per replay, averaged over the copies
   int copies = 0;           // rotated input copies
   bool graph = true;        // replays were CUDA-graph launches (else direct calls)

@@ -37,6 +37,7 @@ struct BenchOptions {
   std::uint64_t seed = 1;
   int ceiling_replays = 20;
   std::string prefill = "query-major";  // --prefill: msa::cuda::PrefillOrder of the prefill steps
+  int decode_splits = 0;                // --decode-splits: AttentionShape::decode_splits (0: the plan's)
   std::string json;
 };
 
@@ -73,6 +74,12 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
   j["gbps"] = gbps;
   j["frac_gemm"] = tflops / ceil.gemm_tflops;
   j["frac_copy"] = gbps / ceil.copy_gbps;
+  if (r.read_floor.samples > 0) {
+    j["read_floor_us"] = {{"median", r.read_floor.median_us}, {"min", r.read_floor.min_us},
+                          {"replays", r.read_floor.samples}};
+    j["frac_read_floor"] = r.read_floor.median_us / r.time.median_us;
+    j["read_floor_frac_copy"] = r.traffic.bytes / (r.read_floor.median_us * 1e-6) * 1e-9 / ceil.copy_gbps;
+  }
   j["copies"] = r.copies;
   j["graph"] = r.graph;
   j["device_bytes"] = r.device_bytes;
@@ -87,8 +94,10 @@ void print_row(const BenchResult& r, const Ceilings& ceil) {
   }
   const double s = r.time.median_us * 1e-6;
   const double tflops = r.traffic.flops / s * 1e-12, gbps = r.traffic.bytes / s * 1e-9;
-  std::printf("%-50s %10.1f %8.1f %6.1f%% %8.0f %6.1f%% %6d%s\n", r.c.name().c_str(), r.time.median_us, tflops,
-              100.0 * tflops / ceil.gemm_tflops, gbps, 100.0 * gbps / ceil.copy_gbps, r.copies,
+  char floor[32] = "-";
+  if (r.read_floor.samples > 0) std::snprintf(floor, sizeof floor, "%.1f", r.read_floor.median_us);
+  std::printf("%-50s %10.1f %8.1f %6.1f%% %8.0f %6.1f%% %9s %6d%s\n", r.c.name().c_str(), r.time.median_us, tflops,
+              100.0 * tflops / ceil.gemm_tflops, gbps, 100.0 * gbps / ceil.copy_gbps, floor, r.copies,
               r.graph ? "" : "  (no graph)");
   std::fflush(stdout);
 }
@@ -123,6 +132,7 @@ int run_bench(const BenchOptions& o) {
   s.prefill_order = o.prefill == "key-major" ? cuda::PrefillOrder::key_major
                     : o.prefill == "auto"    ? cuda::PrefillOrder::automatic
                                              : cuda::PrefillOrder::query_major;
+  s.decode_splits = o.decode_splits;
   s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
   s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
 
@@ -145,7 +155,10 @@ int run_bench(const BenchOptions& o) {
               "consecutive replays touch different memory (>= 4x L2 together); median of up to %d replays after "
               "%d warm-up; top-k pattern %s; case set %s\n\n",
               o.iters, o.warmup, o.pattern.c_str(), set.c_str());
-  std::printf("%-50s %10s %8s %7s %8s %7s %6s\n", "case", "time_us", "TFLOP/s", "%gemm", "GB/s", "%copy", "copies");
+  std::printf("read floor (decode / verify): the same graph timing of a kernel that only gathers the step's K / V "
+              "blocks from the same pages into shared memory (one CTA per SM, three blocks in flight, no math)\n");
+  std::printf("%-50s %10s %8s %7s %8s %7s %9s %6s\n", "case", "time_us", "TFLOP/s", "%gemm", "GB/s", "%copy",
+              "floor_us", "copies");
 
   nlohmann::json jcases = nlohmann::json::array();
   int errors = 0;
@@ -198,12 +211,14 @@ int run_bench(const BenchOptions& o) {
           {"pattern", o.pattern},
           {"seed", o.seed},
           {"prefill", o.prefill},
+          {"decode_splits", o.decode_splits},
           {"set", set},
           {"quick", set == "quick"},
           {"filters", o.filters},
           {"rotation", "input copies (own top-k, block tables and pages) spanning >= 4x L2; replay i uses copy i % copies"},
           {"flops", "4 * 128 * attended keys summed over (token, query head); index: 2 * 128 * scored keys over (token, KV head)"},
-          {"bytes", "K+V (+scales) bytes of each distinct (request, KV head, block); index: index-cache blocks per request"}}},
+          {"bytes", "K+V (+scales) bytes of each distinct (request, KV head, block); index: index-cache blocks per request"},
+          {"read_floor", "decode / verify: graph replays of a gather of the step's K / V blocks alone (same pages, one CTA per SM, three blocks in flight, no math), timed like the case"}}},
         {"seconds", seconds},
         {"errors", errors},
         {"fatal", fatal},
@@ -251,6 +266,10 @@ Command register_bench(CLI::App& app) {
                   ">= 8192 tokens build the k2q plan and the device picks)")
       ->capture_default_str()
       ->check(CLI::IsMember({"query-major", "key-major", "auto"}));
+  sub->add_option("--decode-splits", o->decode_splits,
+                  "split-K factor of decode / verify rows (msa::cuda::AttentionShape::decode_splits); 0: the plan's")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 16));
   sub->add_option("--json", o->json, "also write everything as JSON to FILE");
   return Command{sub, [o] { return run_bench(*o); }};
 }
