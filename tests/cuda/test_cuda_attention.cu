@@ -326,32 +326,39 @@ TEST(CudaAttentionRows, ForcedSplits) {
 // a value past kMaxSplits is refused naming the field.
 TEST(CudaAttentionRows, ShapeDecodeSplits) {
   MSA_SKIP_WITHOUT_GPU();
-  Case c = named("shape_decode_splits");
-  c.seed = 9191;
-  c.q_heads = 16, c.kv_heads = 1;
-  c.requests = decodes({0, 129, 900, 3000, 5000});
-  MSA_TRACE_SEED(c.seed);
-  Workload w = make_workload(c);
-  const BatchMetadata& meta = w.meta();
-  const auto topk = random_topk(meta, c.kv_heads, c.topk, c.seed, false);
-  w.topk = topk;
-  const Result want = oracle(w, meta, topk);
-  for (const int splits : {1, 3, 4, 9, 16}) {
+  for (const DType kv : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
+    Case c = named(std::string("shape_decode_splits_") + msa::dtype_name(kv));
+    c.seed = 9191;
+    c.kv = kv;
+    c.q_heads = 16, c.kv_heads = 1;
+    c.requests = decodes({0, 129, 900, 3000, 5000});
+    MSA_TRACE_SEED(c.seed);
+    Workload w = make_workload(c);
+    const BatchMetadata& meta = w.meta();
+    const auto topk = random_topk(meta, c.kv_heads, c.topk, c.seed, false);
+    w.topk = topk;
+    const Result want = oracle(w, meta, topk);
+    // 1-8 merge in clusters of that size (5 rows: they fit), 9 and 16 through the workspace.
+    for (const int splits : {0, 1, 3, 4, 6, 8, 9, 16}) {
+      DeviceInputs d(w, meta, topk);
+      d.shape.decode_splits = splits;
+      Planned p = make_plan(meta, d.shape);
+      if (splits > 0) EXPECT_EQ(p.plan.decode_splits, splits);
+      msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
+      msa::test::device_sync();
+      expect_close(d.result(), want,
+                   c.name + " decode_splits " + std::to_string(splits) + " (plan " +
+                       std::to_string(p.plan.decode_splits) + ")");
+    }
+    if (kv != DType::bf16) continue;
     DeviceInputs d(w, meta, topk);
-    d.shape.decode_splits = splits;
-    Planned p = make_plan(meta, d.shape);
-    EXPECT_EQ(p.plan.decode_splits, splits);
-    msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
-    msa::test::device_sync();
-    expect_close(d.result(), want, "shape.decode_splits " + std::to_string(splits));
-  }
-  DeviceInputs d(w, meta, topk);
-  d.shape.decode_splits = 17;
-  try {
-    (void)msa::cuda::attention_workspace_bytes(meta, d.shape);
-    ADD_FAILURE() << "decode_splits = 17 was accepted";
-  } catch (const msa::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("decode_splits = 17"), std::string::npos) << e.what();
+    d.shape.decode_splits = 17;
+    try {
+      (void)msa::cuda::attention_workspace_bytes(meta, d.shape);
+      ADD_FAILURE() << "decode_splits = 17 was accepted";
+    } catch (const msa::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("decode_splits = 17"), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -124,6 +124,31 @@ TEST(AttentionPlan, ClusterMergeFavoursSplitsThatFitInOneWave) {
   EXPECT_LE(st.prefill, att::kPlannedClusterSplits);
 }
 
+TEST(AttentionPlan, ConvertedCachesFillOneWave) {
+  namespace att = msa::cuda::attention;
+  const att::ClusterCapacity cap = h200_like_capacity();
+  // fp8 / nvfp4 decode: the most splits within one wave, up to 8 (clusters of
+  // more than 4 only when they fit at once).
+  EXPECT_EQ(att::choose_converted_splits(1, 16, kH200Sms, cap), 8);
+  EXPECT_EQ(att::choose_converted_splits(8, 16, kH200Sms, cap), 8);
+  EXPECT_EQ(att::choose_converted_splits(32, 16, kH200Sms, cap), 4);
+  EXPECT_EQ(att::choose_converted_splits(64, 16, kH200Sms, cap), 2);
+  EXPECT_EQ(att::choose_converted_splits(128, 16, kH200Sms, cap), 1);
+  EXPECT_EQ(att::choose_converted_splits(4096, 16, kH200Sms, cap), 1);
+  EXPECT_EQ(att::choose_converted_splits(1, 3, kH200Sms, cap), 3);  // at most topk
+  EXPECT_EQ(att::choose_converted_splits(1, 1, kH200Sms, cap), 1);
+  EXPECT_EQ(att::choose_converted_splits(0, 16, kH200Sms, cap), 1);
+  // Without cluster launches: at most 4 (the workspace merge).
+  EXPECT_EQ(att::choose_converted_splits(1, 16, kH200Sms), 4);
+  att::ClusterCapacity few = cap;
+  few.clusters[8] = 4, few.clusters[7] = 4, few.clusters[6] = 8, few.clusters[5] = 8;
+  EXPECT_EQ(att::choose_converted_splits(8, 16, kH200Sms, few), 6);
+  // Steps: only the decode class uses it.
+  const Splits st = choose_step_splits(32 + 5, 32, 1, 16, kH200Sms, cap, true);
+  EXPECT_EQ(st.decode, 4);
+  EXPECT_EQ(st.prefill, choose_step_splits(32 + 5, 32, 1, 16, kH200Sms, cap).prefill);
+}
+
 TEST(AttentionPlan, WorkspaceLayout) {
   // Nothing splits: no workspace.
   const auto none = workspace_layout(100, 10, 16, 1, Splits{1, 1});

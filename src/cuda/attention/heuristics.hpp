@@ -29,8 +29,10 @@ inline constexpr int kCtasPerSm = 1;
 // portable cluster size.
 inline constexpr int kMaxClusterSplits = 8;
 inline bool use_cluster_merge(int splits) { return splits > 1 && splits <= kMaxClusterSplits; }
-// The largest cluster the split heuristic plans for: sizes 2-5 ran in the
-// H200 tests (2 and 4 were also timed); 6-8 run the same code but did not.
+// The largest cluster choose_splits plans for (bf16 / fp16 caches): sizes 2-5
+// were timed on the H200 there. The converted caches' rule
+// (choose_converted_splits) goes up to kMaxClusterSplits; the GPU tests run
+// every size 1-8 and 9 / 16 through the workspace (ShapeDecodeSplits).
 inline constexpr int kPlannedClusterSplits = 5;
 
 // Clusters of each size (2..kMaxClusterSplits) of the row kernel that the
@@ -209,6 +211,24 @@ inline std::int64_t key_major_max_items(std::int64_t edges, std::int64_t rows, i
   return edges / std::max(tokens_per_tile, 1) + std::min(edges, rows) + 1;
 }
 
+// Split-K factor of decode rows on converted caches (fp8, nvfp4), whose row
+// kernel widens every block to the MMA type in shared memory before computing
+// on it, so that a block costs about twice a bf16 one and the CTA count matters
+// more than the merge: the most splits that keep `rows` x splits CTAs within
+// one wave, at most kMaxClusterSplits and `topk`, and beyond 4 only when the
+// clusters fit at once. Measured on the H200 (bench/RESULTS.md, fifth session,
+// 16/1 fp8_e4m3): batch 1 17.3 us at 8 splits against 22.1 at choose_splits'
+// 16, batch 8 18.4 against 22.9, batch 32 25.2 at 4 against 29.2 at 3, batch 64
+// and 128 unchanged (2 and 1).
+inline int choose_converted_splits(std::int64_t rows, int topk, int num_sms, const ClusterCapacity& capacity = {},
+                                   int ctas_per_sm = kCtasPerSm) {
+  if (rows <= 0 || topk <= 1 || num_sms <= 0) return 1;
+  const std::int64_t slots = std::int64_t(num_sms) * std::max(ctas_per_sm, 1);
+  int s = int(std::min<std::int64_t>({std::int64_t(std::min(topk, kMaxClusterSplits)), slots / rows}));
+  while (s > 4 && !capacity.fits(s, rows)) --s;
+  return std::max(s, 1);
+}
+
 struct Splits {
   int decode = 1;   // for tokens [0, num_decode_tokens)
   int prefill = 1;  // for tokens [num_decode_tokens, num_tokens)
@@ -217,13 +237,16 @@ struct Splits {
 
 // Split factors of a step: decode and prefill rows are judged apart (they run
 // in one launch, decode CTAs first, but each class has its own factor).
+// converted: the cache is fp8 or nvfp4 (choose_converted_splits for decode rows).
 inline Splits choose_step_splits(std::int64_t num_tokens, std::int64_t num_decode_tokens,
                                  int num_kv_heads, int topk, int num_sms,
-                                 const ClusterCapacity& capacity = {}) {
+                                 const ClusterCapacity& capacity = {}, bool converted = false) {
   Splits s;
   const std::int64_t prefill_tokens = num_tokens - num_decode_tokens;
+  const std::int64_t decode_rows = num_decode_tokens * num_kv_heads;
   if (num_decode_tokens > 0)
-    s.decode = choose_splits(num_decode_tokens * num_kv_heads, topk, num_sms, capacity);
+    s.decode = converted ? choose_converted_splits(decode_rows, topk, num_sms, capacity)
+                         : choose_splits(decode_rows, topk, num_sms, capacity);
   if (prefill_tokens > 0) s.prefill = choose_splits(prefill_tokens * num_kv_heads, topk, num_sms, capacity);
   return s;
 }
