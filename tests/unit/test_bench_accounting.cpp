@@ -439,6 +439,25 @@ TEST(CheckCases, DeterministicPerSeedAndQuickIsSmall) {
   }
 }
 
+TEST(CheckCases, QuickListReachesKeyMajor) {
+  // The last of the 14 quick cases is a prefill-only step on a 16-bit cache
+  // whose tiles are 128 rows (G 16, top-k 16: 8 tokens), planned key-major.
+  for (const std::uint64_t seed : {1ull, 7ull, 1234ull}) {
+    const auto cases = make_check_cases(seed, 14, true);
+    const CheckCase& c = cases.back();
+    SCOPED_TRACE(c.name());
+    EXPECT_TRUE(c.key_major);
+    EXPECT_EQ(c.kind, BatchKind::prefill);
+    EXPECT_TRUE(is_half(c.kv_dtype));
+    EXPECT_EQ(c.group * 8, 128);
+    EXPECT_EQ(c.topk, 16);
+    EXPECT_EQ(c.q_dtype, c.kv_dtype);
+    EXPECT_EQ(c.decode_threshold, 0);
+    BatchSpec spec{c.query_lens, c.seq_lens, c.decode_threshold};
+    EXPECT_NO_THROW(build_metadata(spec));
+  }
+}
+
 TEST(CheckCompare, RelFrobenius) {
   EXPECT_EQ(rel_frobenius({1, 2, 3}, {1, 2, 3}).error, 0.0);
   const Diff d = rel_frobenius({1, 2, 3.5f}, {1, 2, 3});

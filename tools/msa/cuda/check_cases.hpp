@@ -221,6 +221,9 @@ inline void make_requests(CheckCase& c, Rng& rng, int start, bool quick) {
 
 }  // namespace detail
 
+// Case i with i % kKeyMajorEvery == kKeyMajorEvery - 1 is a key-major prefill step.
+inline constexpr int kKeyMajorEvery = 14;
+
 // The first `count` cases of the list for `seed`. `quick` keeps the sizes small.
 inline std::vector<CheckCase> make_check_cases(std::uint64_t seed, int count, bool quick) {
   MSA_CHECK(count >= 0, "cases = ", count, " must be >= 0");
@@ -255,6 +258,18 @@ inline std::vector<CheckCase> make_check_cases(std::uint64_t seed, int count, bo
     c.shuffle_topk = rng.chance(0.3);
     // (It changes only prefill-only steps on bf16 / fp16 caches whose tiles are 128 rows.)
     c.key_major = detail::cycled(seed, 7, 2, i) == 1;
+    // Every 14th case (the last of --quick's 14) is a key-major prefill step on
+    // a 16-bit cache with 128-row tiles (G 16, top-k 16), so that every list of
+    // 14 or more reaches the key-major kernel and its merge.
+    if (i % kKeyMajorEvery == kKeyMajorEvery - 1) {
+      c.kind = BatchKind::prefill;
+      c.kv_dtype = rng.chance(0.5) ? DType::bf16 : DType::fp16;
+      c.scale_mode = ScaleMode::none;
+      c.group = 16;
+      c.topk = 16;
+      c.q_dtype = c.out_dtype = c.kv_dtype;
+      c.key_major = true;
+    }
     detail::make_requests(c, rng, i, quick);
     cases.push_back(std::move(c));
   }
