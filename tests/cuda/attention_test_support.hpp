@@ -251,6 +251,19 @@ Result read_result(const std::vector<std::uint8_t>& out, DType out_dtype, const 
   return r;
 }
 
+// Case c's workload with random top-k lists (seed c.seed) and the oracle's
+// answer, for tests that attend it under several plans.
+struct OracleStep {
+  Workload w;
+  std::vector<std::int32_t> topk;
+  Result want;
+  explicit OracleStep(const Case& c)
+      : w(make_workload(c)), topk(random_topk(w.meta(), c.kv_heads, c.topk, c.seed, false)) {
+    w.topk = topk;
+    want = oracle(w, w.meta(), topk);
+  }
+};
+
 // The CPU engine on the same inputs; nothing while it is still a stub.
 std::optional<Result> cpu_engine(Workload& w, const BatchMetadata& meta,
                                  const std::vector<std::int32_t>& topk) {

@@ -305,18 +305,15 @@ TEST(CudaAttentionRows, ForcedSplits) {
   c.q_heads = 16, c.kv_heads = 2;
   c.requests = decodes({0, 127, 700, 2048}) + std::vector<RequestShape>{{33, 600}, {3, 0}};
   MSA_TRACE_SEED(c.seed);
-  Workload w = make_workload(c);
-  const BatchMetadata& meta = w.meta();
-  const auto topk = random_topk(meta, c.kv_heads, c.topk, c.seed, false);
-  w.topk = topk;
-  const Result want = oracle(w, meta, topk);
+  OracleStep ref(c);
+  const BatchMetadata& meta = ref.w.meta();
   const std::vector<msa::cuda::attention::Splits> all = {{1, 1}, {2, 1}, {3, 2}, {5, 7}, {16, 16}, {1, 4}};
   for (const auto& s : all) {
-    DeviceInputs d(w, meta, topk);
+    DeviceInputs d(ref.w, meta, ref.topk);
     Planned p = make_plan(meta, d.shape, s);
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
     msa::test::device_sync();
-    expect_close(d.result(), want,
+    expect_close(d.result(), ref.want,
                  "splits decode " + std::to_string(s.decode) + " prefill " + std::to_string(s.prefill));
   }
 }
@@ -333,25 +330,22 @@ TEST(CudaAttentionRows, ShapeDecodeSplits) {
     c.q_heads = 16, c.kv_heads = 1;
     c.requests = decodes({0, 129, 900, 3000, 5000});
     MSA_TRACE_SEED(c.seed);
-    Workload w = make_workload(c);
-    const BatchMetadata& meta = w.meta();
-    const auto topk = random_topk(meta, c.kv_heads, c.topk, c.seed, false);
-    w.topk = topk;
-    const Result want = oracle(w, meta, topk);
+    OracleStep ref(c);
+    const BatchMetadata& meta = ref.w.meta();
     // 1-8 merge in clusters of that size (5 rows: they fit), 9 and 16 through the workspace.
     for (const int splits : {0, 1, 3, 4, 6, 8, 9, 16}) {
-      DeviceInputs d(w, meta, topk);
+      DeviceInputs d(ref.w, meta, ref.topk);
       d.shape.decode_splits = splits;
       Planned p = make_plan(meta, d.shape);
       if (splits > 0) EXPECT_EQ(p.plan.decode_splits, splits);
       msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
       msa::test::device_sync();
-      expect_close(d.result(), want,
+      expect_close(d.result(), ref.want,
                    c.name + " decode_splits " + std::to_string(splits) + " (plan " +
                        std::to_string(p.plan.decode_splits) + ")");
     }
     if (kv != DType::bf16) continue;
-    DeviceInputs d(w, meta, topk);
+    DeviceInputs d(ref.w, meta, ref.topk);
     d.shape.decode_splits = 17;
     try {
       (void)msa::cuda::attention_workspace_bytes(meta, d.shape);

@@ -32,7 +32,8 @@ inline bool use_cluster_merge(int splits) { return splits > 1 && splits <= kMaxC
 // The largest cluster choose_splits plans for (bf16 / fp16 caches): sizes 2-5
 // were timed on the H200 there. The converted caches' rule
 // (choose_converted_splits) goes up to kMaxClusterSplits; the GPU tests run
-// every size 1-8 and 9 / 16 through the workspace (ShapeDecodeSplits).
+// splits 1-6 and 8 in clusters and 9 / 16 through the workspace (ForcedSplits,
+// ShapeDecodeSplits).
 inline constexpr int kPlannedClusterSplits = 5;
 
 // Clusters of each size (2..kMaxClusterSplits) of the row kernel that the

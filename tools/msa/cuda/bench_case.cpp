@@ -96,14 +96,12 @@ void time_case(const std::function<void(int)>& direct, int copies, const BenchSe
 }
 
 // The read floor of an attend case: every copy's distinct (request, KV head,
-// block) units, the K and V of one head's block (contiguous in the bench's hnd
-// and nvfp4 caches), gathered from the same pages; timed like the case.
-void time_read_floor(const BenchCase& c, const BatchMetadata& m, const std::vector<InputCopy>& copies, const DeviceBuffer& pool,
-                     const KVCacheView& cache, const BenchSettings& s, cuda::Stream stream, BenchResult& res) {
-  const ScaleMode mode = is_fp8(c.dtype) ? ScaleMode::per_tensor : ScaleMode::none;
-  const std::int64_t unit = kv_block_bytes(c.dtype, mode);
-  const std::int64_t page_bytes =
-      c.dtype == DType::nvfp4 ? cache.page_stride : cache.page_stride * std::int64_t(dtype_bytes(c.dtype));
+// block) units, the K and V of one head's block (`unit` bytes, contiguous in
+// the bench's compact hnd and nvfp4 pages of `page_bytes`), gathered from the
+// same pages; timed like the case.
+void time_read_floor(const BenchCase& c, const BatchMetadata& m, const std::vector<InputCopy>& copies,
+                     const DeviceBuffer& pool, std::int64_t unit, std::int64_t page_bytes, const BenchSettings& s,
+                     cuda::Stream stream, BenchResult& res) {
   std::vector<DeviceBuffer> offsets;
   std::vector<std::int32_t> counts;
   for (const InputCopy& cp : copies) {
@@ -193,7 +191,7 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   res.device_bytes = double(pool.bytes() + q.bytes() + out.bytes() + ws.bytes());
   for (const InputCopy& cp : copies) res.device_bytes += double(cp.d_topk.bytes() + cp.d_table.bytes());
   time_case([&](int i) { cuda::attend(plan, st.view, args[std::size_t(i)], stream); }, res.copies, s, stream, res);
-  if (!c.prefill) time_read_floor(c, m, copies, pool, cache, s, stream, res);
+  if (!c.prefill) time_read_floor(c, m, copies, pool, kv_block_bytes(c.dtype, mode), page_bytes, s, stream, res);
 }
 
 void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream, BenchResult& res) {
