@@ -19,8 +19,11 @@ namespace msa::cuda::attention {
 // Largest split-K factor. Partial results are [rows, heads, splits, 128] fp32.
 inline constexpr int kMaxSplits = 16;
 // CTAs of the row kernel that fit on one SM (its shared memory holds three
-// 64 KiB K/V stages, so one).
+// 64 KiB K/V stages, so one) ...
 inline constexpr int kCtasPerSm = 1;
+// ... except on fp8 caches, whose row kernel reads three 32 KiB raw stages
+// without a widened tile: two (kernel_smem.cuh, row_ctas_per_sm).
+inline int row_kernel_ctas_per_sm(DType kv) { return is_fp8(kv) ? 2 : kCtasPerSm; }
 
 // Split rows whose factor is at most this merge inside a thread-block cluster
 // (the splits of a row are one cluster, partials exchanged through distributed
@@ -241,12 +244,13 @@ struct Splits {
 // converted: the cache is fp8 or nvfp4 (choose_converted_splits for decode rows).
 inline Splits choose_step_splits(std::int64_t num_tokens, std::int64_t num_decode_tokens,
                                  int num_kv_heads, int topk, int num_sms,
-                                 const ClusterCapacity& capacity = {}, bool converted = false) {
+                                 const ClusterCapacity& capacity = {}, bool converted = false,
+                                 int ctas_per_sm = kCtasPerSm) {
   Splits s;
   const std::int64_t prefill_tokens = num_tokens - num_decode_tokens;
   const std::int64_t decode_rows = num_decode_tokens * num_kv_heads;
   if (num_decode_tokens > 0)
-    s.decode = converted ? choose_converted_splits(decode_rows, topk, num_sms, capacity)
+    s.decode = converted ? choose_converted_splits(decode_rows, topk, num_sms, capacity, ctas_per_sm)
                          : choose_splits(decode_rows, topk, num_sms, capacity);
   if (prefill_tokens > 0) s.prefill = choose_splits(prefill_tokens * num_kv_heads, topk, num_sms, capacity);
   return s;

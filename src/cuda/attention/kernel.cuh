@@ -73,9 +73,31 @@ __device__ __forceinline__ void stage_query(const AttendParams& p, const RowWork
   }
 }
 
+// The same with each 16-dim group's words permuted as fp8f::q_source_word
+// says: the query side of the raw fp8 path (fp8_fragments.hpp). One (row,
+// group) per thread.
+template <bool kF16>
+__device__ __forceinline__ void stage_query_permuted(const AttendParams& p, const RowWork& w, unsigned char* q_tile,
+                                                     int tid) {
+  static_assert(kRows * 8 == kThreads, "one 16-dim group per thread");
+  const int row = tid >> 3, g = tid & 7;
+  uint4 a = make_uint4(0, 0, 0, 0), b = a;
+  if (row < p.group) {
+    const std::int64_t qh = std::int64_t(w.head) * p.group + row;
+    const std::int64_t elem = (std::int64_t(w.token) * p.num_q_heads + qh) * kDim + 16 * g;
+    a = load_query_chunk<kF16>(p, elem);
+    b = load_query_chunk<kF16>(p, elem + 8);
+  }
+  // Words w0..w7 = (a.x a.y a.z a.w b.x b.y b.z b.w); word m <- w[q_source_word(m)].
+  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 2 * g)) = make_uint4(a.x, a.z, b.x, b.z);
+  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 2 * g + 1)) = make_uint4(a.y, a.w, b.y, b.w);
+}
+
 template <KvKind kKind, bool kF16>
-__global__ void __launch_bounds__(kThreads, 1) attend_kernel(const __grid_constant__ AttendParams p) {
-  using L = SmemLayout<kKind>;
+__global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
+    attend_kernel(const __grid_constant__ AttendParams p) {
+  using L = RowLayout<kKind>;
+  constexpr bool kRawFp8 = raw_fp8_rows(kKind);
   constexpr int kStages = L::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -93,9 +115,10 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const __grid_consta
       s_count[3] = w.request;
     }
   }
-  const Stager<kKind, kF16> stager{smem, p, w.head, tid};
+  const Stager<kKind, kF16, L> stager{smem, p, w.head, tid};
   stager.build_lut();
-  stage_query<kF16>(p, w, smem + L::kQ, tid);
+  if constexpr (kRawFp8) stage_query_permuted<kF16>(p, w, smem + L::kQ, tid);
+  else stage_query<kF16>(p, w, smem + L::kQ, tid);
   __syncthreads();
   w.position = s_count[2];
   w.request = s_count[3];
@@ -128,22 +151,28 @@ __global__ void __launch_bounds__(kThreads, 1) attend_kernel(const __grid_consta
     __syncthreads();
     const int stage = i % kStages;
     const int valid = valid_keys(i);
-    if constexpr (L::kConverted) {
+    if constexpr (L::kWidened) {
       stager.widen(stage, valid);
       __syncthreads();
       if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
       cp_async_commit();
     }
-    attend_block<kF16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), warp, lane,
-                       p.score_scale_log2, valid, k_scales, v_scales);
+    if constexpr (kRawFp8) {
+      const float* scales = stager.stage_scales(stage);
+      attend_block_fp8<kKind, kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), warp, lane, p.score_scale_log2,
+                                    valid, scales, scales != nullptr ? scales + kBlockKeys : nullptr);
+    } else {
+      attend_block<kF16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), warp, lane, p.score_scale_log2, valid,
+                         k_scales, v_scales);
+    }
     __syncthreads();
-    if constexpr (!L::kConverted) {
+    if constexpr (!L::kWidened) {
       if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
       cp_async_commit();
     }
   }
   cp_async_wait<0>();
-  write_row<kKind>(p, w, st, smem, tid);
+  write_row<kKind, kRawFp8>(p, w, st, smem, tid);
 }
 
 // Clusters of `size` row-kernel CTAs that fit on device `device` at once
@@ -162,12 +191,12 @@ void prepare_attend() {
   static std::atomic<std::uint64_t> done{0};
   once_per_device(done, [](int device) {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<kKind, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        SmemLayout<kKind>::kBytes));
+                                        RowLayout<kKind>::kBytes));
     if (device >= 64) return;  // no cluster merge (capacity unknown)
     for (int size = 2; size <= kMaxClusterSplits; ++size) {
       cudaLaunchAttribute cluster;
       const cudaLaunchConfig_t config = cluster_launch_config(
-          static_cast<unsigned>(size), kThreads, SmemLayout<kKind>::kBytes, static_cast<unsigned>(size), nullptr, cluster);
+          static_cast<unsigned>(size), kThreads, RowLayout<kKind>::kBytes, static_cast<unsigned>(size), nullptr, cluster);
       int clusters = 0;
       if (cudaOccupancyMaxActiveClusters(&clusters, attend_kernel<kKind, kF16>, &config) != cudaSuccess) {
         (void)cudaGetLastError();  // cluster launches unavailable: merge through the workspace
@@ -207,14 +236,14 @@ void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream
   if (cluster_splits > 1) {
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config =
-        cluster_launch_config(static_cast<unsigned>(ctas), kThreads, SmemLayout<kKind>::kBytes,
+        cluster_launch_config(static_cast<unsigned>(ctas), kThreads, RowLayout<kKind>::kBytes,
                               static_cast<unsigned>(cluster_splits), stream, cluster);
     MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<kKind, kF16>, p));
   } else {
     AttendParams q = p;
     q.cluster_splits = 0;
     attend_kernel<kKind, kF16><<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
-                                 SmemLayout<kKind>::kBytes, stream>>>(q);
+                                 RowLayout<kKind>::kBytes, stream>>>(q);
   }
   MSA_CUDA_CHECK_LAUNCH();
 }

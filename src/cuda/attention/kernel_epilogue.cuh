@@ -22,10 +22,11 @@ namespace msa::cuda::attention {
 inline constexpr float kLn2 = 0.6931471805599453f;
 
 // Call after the mainloop's last __syncthreads (the stage area is free).
-template <KvKind kKind>
+// kFp8Dims: st.o holds the raw fp8 path's n-tiles (dims fp8f::out_dim).
+template <KvKind kKind, bool kFp8Dims = false>
 __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& w, WarpState& st,
                                           unsigned char* smem, int tid) {
-  using L = SmemLayout<kKind>;
+  using L = RowLayout<kKind>;
   const int warp = tid >> 5, lane = tid & 31;
   auto* warp_max = reinterpret_cast<float*>(smem + L::kWarpMax);  // [4][16]
   auto* warp_sum = reinterpret_cast<float*>(smem + L::kWarpSum);  // [4][16]
@@ -80,10 +81,19 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
 #pragma unroll
     for (int v = 0; v < 4; ++v) mx = fmaxf(mx, warp_max[v * kRows + row]);
     const float f = st.m[i] == -INFINITY ? 0.0f : exp2f(st.m[i] - mx);
-    float* dst = merged + (warp * kRows + row) * kMergeStride + 2 * (lane & 3);
+    if constexpr (kFp8Dims) {
+      // n-tiles 2j (even dims) and 2j + 1 (odd): dims 16 j + 4 q .. 16 j + 4 q + 3.
+      float* dst = merged + (warp * kRows + row) * kMergeStride + 4 * (lane & 3);
 #pragma unroll
-    for (int n = 0; n < 16; ++n)
-      *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.o[n][2 * i] * f, st.o[n][2 * i + 1] * f);
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<float4*>(dst + 16 * j) = make_float4(st.o[2 * j][2 * i] * f, st.o[2 * j + 1][2 * i] * f,
+                                                               st.o[2 * j][2 * i + 1] * f, st.o[2 * j + 1][2 * i + 1] * f);
+    } else {
+      float* dst = merged + (warp * kRows + row) * kMergeStride + 2 * (lane & 3);
+#pragma unroll
+      for (int n = 0; n < 16; ++n)
+        *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.o[n][2 * i] * f, st.o[n][2 * i + 1] * f);
+    }
   }
   __syncthreads();
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/fp8_fragments.hpp"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/ptx.cuh"
 
@@ -40,36 +41,14 @@ __device__ __forceinline__ void load_query_fragments(std::uint32_t (&qf)[8][4], 
   for (int ks = 0; ks < 8; ++ks) ldmatrix_x4(qf[ks], q_tile + tile_offset(row, 2 * ks + (lane >> 4)));
 }
 
-// Keys [key_base, key_base + 8 * kKeyTiles) of one staged block against the
-// warp's 16 query rows: scores, masking, online softmax, PV. Row r0 = lane / 4
-// sees the keys < limit[0] of the block, row r0 + 8 those < limit[1] (0: none).
-//   k_tile, v_tile: shared addresses of [128 keys][128] MMA-type tiles
-//   k_scales, v_scales: [128] per-token scales in shared memory, or null
-template <bool kF16, int kKeyTiles>
-__device__ __forceinline__ void attend_keys(WarpState& st, const std::uint32_t (&qf)[8][4],
-                                            std::uint32_t k_tile, std::uint32_t v_tile, int key_base,
-                                            int lane, float scale_log2, const int (&limit)[2],
-                                            const float* k_scales, const float* v_scales) {
-  static_assert(kKeyTiles % 2 == 0, "keys come in pairs of 8-key tiles");
-  float s[kKeyTiles][4];
-#pragma unroll
-  for (int j = 0; j < kKeyTiles; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
-
-  // S = Q K^T over these keys.
-#pragma unroll
-  for (int ks = 0; ks < 8; ++ks) {
-#pragma unroll
-    for (int jp = 0; jp < kKeyTiles / 2; ++jp) {
-      const int key = key_base + (2 * jp + (lane >> 4)) * 8 + (lane & 7);
-      std::uint32_t b[4];
-      ldmatrix_x4(b, k_tile + tile_offset(key, 2 * ks + ((lane >> 3) & 1)));
-      mma16816<kF16>(s[2 * jp], qf[ks], b[0], b[1]);
-      mma16816<kF16>(s[2 * jp + 1], qf[ks], b[2], b[3]);
-    }
-  }
-
+// The scores of keys [key_base, key_base + 8 * kKeyTiles) to probabilities:
+// log2 units, per-token K scales, causal / selection mask, the online softmax
+// update of the warp's state (O rescaled), per-token V scales on the result.
+//   s: [kKeyTiles][4] accumulators, n-tile j = keys key_base + 8 j ..
+template <int kKeyTiles>
+__device__ __forceinline__ void scores_to_probs(WarpState& st, float (&s)[kKeyTiles][4], int key_base, int lane,
+                                                float scale_log2, const int (&limit)[2], const float* k_scales,
+                                                const float* v_scales) {
   // Scale to log2 units, per-token K scales, causal / selection mask.
   const int col0 = key_base + 2 * (lane & 3);
 #pragma unroll
@@ -117,6 +96,39 @@ __device__ __forceinline__ void attend_keys(WarpState& st, const std::uint32_t (
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] *= v_scales[col0 + 8 * j + (e & 1)];
   }
+}
+
+// Keys [key_base, key_base + 8 * kKeyTiles) of one staged block against the
+// warp's 16 query rows: scores, masking, online softmax, PV. Row r0 = lane / 4
+// sees the keys < limit[0] of the block, row r0 + 8 those < limit[1] (0: none).
+//   k_tile, v_tile: shared addresses of [128 keys][128] MMA-type tiles
+//   k_scales, v_scales: [128] per-token scales in shared memory, or null
+template <bool kF16, int kKeyTiles>
+__device__ __forceinline__ void attend_keys(WarpState& st, const std::uint32_t (&qf)[8][4],
+                                            std::uint32_t k_tile, std::uint32_t v_tile, int key_base,
+                                            int lane, float scale_log2, const int (&limit)[2],
+                                            const float* k_scales, const float* v_scales) {
+  static_assert(kKeyTiles % 2 == 0, "keys come in pairs of 8-key tiles");
+  float s[kKeyTiles][4];
+#pragma unroll
+  for (int j = 0; j < kKeyTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+
+  // S = Q K^T over these keys.
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+#pragma unroll
+    for (int jp = 0; jp < kKeyTiles / 2; ++jp) {
+      const int key = key_base + (2 * jp + (lane >> 4)) * 8 + (lane & 7);
+      std::uint32_t b[4];
+      ldmatrix_x4(b, k_tile + tile_offset(key, 2 * ks + ((lane >> 3) & 1)));
+      mma16816<kF16>(s[2 * jp], qf[ks], b[0], b[1]);
+      mma16816<kF16>(s[2 * jp + 1], qf[ks], b[2], b[3]);
+    }
+  }
+
+  scores_to_probs<kKeyTiles>(st, s, key_base, lane, scale_log2, limit, k_scales, v_scales);
 
   // O += P V: k-steps of 16 keys, 16 n-tiles of 8 dims.
 #pragma unroll
@@ -146,6 +158,80 @@ __device__ __forceinline__ void attend_block(WarpState& st, const std::uint32_t 
                                              const float* k_scales, const float* v_scales) {
   const int limit[2] = {valid_keys, valid_keys};
   attend_keys<kF16, 4>(st, qf, k_tile, v_tile, warp * 32, lane, scale_log2, limit, k_scales, v_scales);
+}
+
+// Two fp8 codes (low byte first) -> the MMA type, exact.
+template <KvKind kKind, bool kF16>
+__device__ __forceinline__ std::uint32_t fp8x2_to_mma(std::uint32_t two_codes) {
+  const auto c = std::uint16_t(two_codes & 0xffffu);
+  return f16x2_to_mma<kF16>(kKind == KvKind::e4m3 ? e4m3x2_to_f16x2(c) : e5m2x2_to_f16x2(c));
+}
+
+__device__ __forceinline__ std::uint32_t byte_perm(std::uint32_t x, std::uint32_t selector) {
+  return __byte_perm(x, 0u, selector);
+}
+
+// The row kernel's share of one block read as raw fp8 codes (fp8_fragments.hpp):
+// warp w takes keys [32w, 32w + 32) of the raw K / V planes, converts the
+// fragments in registers, and accumulates into n-tiles whose dims are
+// fp8f::out_dim (the epilogue maps them back). The query fragments come from
+// a tile staged with the fp8f::q_source_word permutation.
+//   raw_k, raw_v: shared addresses of [128 keys][128 codes] swizzled planes
+template <KvKind kKind, bool kF16>
+__device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint32_t (&qf)[8][4], std::uint32_t raw_k,
+                                                 std::uint32_t raw_v, int warp, int lane, float scale_log2,
+                                                 int valid_keys, const float* k_scales, const float* v_scales) {
+  const int key_base = warp * 32;
+  float s[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+
+  // S = Q K^T: k-step pairs (2 jp, 2 jp + 1) x n-tile pairs (2 np, 2 np + 1).
+#pragma unroll
+  for (int jp = 0; jp < 4; ++jp) {
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      int key = 0, chunk = 0;
+      fp8f::k_source(lane, key_base, np, jp, key, chunk);
+      std::uint32_t r[4];
+      ldmatrix_x4(r, raw_k + std::uint32_t(fp8f::raw_offset(key, chunk)));
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const int nt = 2 * np + (m >> 1), ks = 2 * jp + (m & 1);
+        mma16816<kF16>(s[nt], qf[ks], fp8x2_to_mma<kKind, kF16>(r[m]), fp8x2_to_mma<kKind, kF16>(r[m] >> 16));
+      }
+    }
+  }
+
+  const int limit[2] = {valid_keys, valid_keys};
+  scores_to_probs<4>(st, s, key_base, lane, scale_log2, limit, k_scales, v_scales);
+
+  // O += P V: k-steps of 16 keys; per chunk pair, 4 output n-tiles (even / odd dims).
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    std::uint32_t a[4];
+    a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+    for (int jp = 0; jp < 4; ++jp) {
+      int key = 0, chunk = 0;
+      fp8f::v_source(lane, key_base, kk, jp, key, chunk);
+      std::uint32_t r[4];
+      ldmatrix_x4_trans(r, raw_v + std::uint32_t(fp8f::raw_offset(key, chunk)));
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int j = 2 * jp + c;
+        const std::uint32_t lo = byte_perm(r[2 * c], fp8f::kPairBytes);
+        const std::uint32_t hi = byte_perm(r[2 * c + 1], fp8f::kPairBytes);
+        mma16816<kF16>(st.o[2 * j], a, fp8x2_to_mma<kKind, kF16>(lo), fp8x2_to_mma<kKind, kF16>(hi));
+        mma16816<kF16>(st.o[2 * j + 1], a, fp8x2_to_mma<kKind, kF16>(lo >> 16), fp8x2_to_mma<kKind, kF16>(hi >> 16));
+      }
+    }
+  }
 }
 
 }  // namespace msa::cuda::attention

@@ -33,10 +33,13 @@ __device__ __forceinline__ std::uint32_t tile_offset(int r, int c) {
   return std::uint32_t(r * kRowBytes + ((c ^ (r & 7)) << 4));
 }
 
-// kStages: K/V blocks in flight; kQRows: query rows; kExtraBytes: [extra].
-template <KvKind kKind, int kStagesT = 3, int kQRows = kRows, int kExtraBytes = 0>
+// kStages: K/V blocks in flight; kQRows: query rows; kExtraBytes: [extra];
+// kWidenedT: converted kinds widen into a tile (else the raw stages are read
+// directly: the row kernel's fp8 path, fp8_fragments.hpp).
+template <KvKind kKind, int kStagesT = 3, int kQRows = kRows, int kExtraBytes = 0, bool kWidenedT = true>
 struct SmemLayout {
   static constexpr bool kConverted = kKind != KvKind::half;
+  static constexpr bool kWidened = kConverted && kWidenedT;
   static constexpr int kStages = kStagesT;
   static constexpr int kQ = 0;
   static constexpr int kIds = kQ + kQRows * kRowBytes;       // int32 [64] raw top-k row
@@ -56,8 +59,8 @@ struct SmemLayout {
                                    : kKind == KvKind::nvfp4 ? 2 * kNvfp4SlotBytes
                                                             : 2 * kFp8RawBytes;
   static constexpr int kRaw = kStage;                              // [kStages][kRawBytes]
-  static constexpr int kTile = kConverted ? kRaw + kStages * kRawBytes : kRaw;  // [K | V] widened
-  static constexpr int kAfterTile = kConverted ? kTile + 2 * kTileBytes : kRaw + kStages * kRawBytes;
+  static constexpr int kTile = kWidened ? kRaw + kStages * kRawBytes : kRaw;  // [K | V] widened
+  static constexpr int kAfterTile = kWidened ? kTile + 2 * kTileBytes : kRaw + kStages * kRawBytes;
   static constexpr int kRawScales = kAfterTile;                    // fp8: float [kStages][2][128]
   static constexpr int kLut = kAfterTile;                          // nvfp4: uint32 [256]
   static constexpr int kBytes = kKind == KvKind::nvfp4 ? kLut + 256 * 4
@@ -70,5 +73,13 @@ struct SmemLayout {
   static_assert(kExtra % 16 == 0 && kStages >= 2, "layout");
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
 };
+
+// The row kernel's layout: fp8 reads its raw stages (no widened tile, so two
+// CTAs fit on an SM); nvfp4 widens.
+inline constexpr bool raw_fp8_rows(KvKind k) { return k == KvKind::e4m3 || k == KvKind::e5m2; }
+template <KvKind kKind>
+using RowLayout = SmemLayout<kKind, 3, kRows, 0, !raw_fp8_rows(kKind)>;
+// CTAs of the row kernel per SM (its launch bounds and the split heuristic).
+inline constexpr int row_ctas_per_sm(KvKind k) { return raw_fp8_rows(k) ? 2 : 1; }
 
 }  // namespace msa::cuda::attention

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/fp8_fragments.hpp"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/ptx.cuh"
@@ -31,10 +32,21 @@ struct Stager {
   int tid;
 
   __device__ std::uint32_t k_tile(int stage) const {
-    if constexpr (L::kConverted) return smem_u32(smem + L::kTile);
+    if constexpr (L::kWidened) return smem_u32(smem + L::kTile);
     else return smem_u32(smem + L::kRaw + stage * L::kRawBytes);
   }
   __device__ std::uint32_t v_tile(int stage) const { return k_tile(stage) + kTileBytes; }
+  // fp8 raw planes of a stage ([128 keys][128 codes], swizzled; fp8_fragments.hpp).
+  __device__ std::uint32_t raw_k(int stage) const { return smem_u32(smem + L::kRaw + stage * L::kRawBytes); }
+  __device__ std::uint32_t raw_v(int stage) const { return raw_k(stage) + kFp8RawBytes; }
+  // The per-token scales a stage holds as copied (keys past the valid ones
+  // zero-filled), for the raw fp8 path; null without per-token scales.
+  //   [128] K scales, then [128] V scales
+  __device__ const float* stage_scales(int stage) const {
+    if constexpr (!kTokenScales) return nullptr;
+    return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kRawScales) + stage * 2 * kBlockKeys
+                                 : nullptr;
+  }
   // Per-token scales in use (fp8 per_token_head), else null.
   //   [128] floats each
   // Only fp8 caches have them: for the other kinds the null is a compile-time
@@ -103,8 +115,9 @@ struct Stager {
         const int token = id >> 3, c = id & 7;
         const int bytes = token < valid_keys ? 16 : 0;
         const std::int64_t off = bytes ? token * p.token_stride + c * 16 : 0;
-        cp_async16_zfill(dst + token * kDim + c * 16, k + off, bytes);
-        cp_async16_zfill(dst + kFp8RawBytes + token * kDim + c * 16, v + off, bytes);
+        const auto at = std::uint32_t(fp8f::raw_offset(token, c));  // swizzled 16-byte chunks
+        cp_async16_zfill(dst + at, k + off, bytes);
+        cp_async16_zfill(dst + kFp8RawBytes + at, v + off, bytes);
       }
       if (p.k_scales != nullptr && tid < kBlockKeys) {
         const std::uint32_t sdst = smem_u32(smem + L::kRawScales + stage * 2 * kBlockKeys * 4);
@@ -141,7 +154,8 @@ struct Stager {
         for (int j = 0; j < kBatch; ++j) {
           const int id = tid + (i0 + j) * kNumThreads;
           const int tensor = id >> 11, token = (id >> 4) & 127, c = id & 15;
-          codes[j] = *reinterpret_cast<const uint2*>(raw + tensor * kFp8RawBytes + token * kDim + c * 8);
+          codes[j] = *reinterpret_cast<const uint2*>(raw + tensor * kFp8RawBytes + fp8f::raw_offset(token, c >> 1) +
+                                                     (c & 1) * 8);
         }
 #pragma unroll
         for (int j = 0; j < kBatch; ++j) {

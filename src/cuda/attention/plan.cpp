@@ -69,7 +69,8 @@ void check_meta(const BatchMetadata& meta) {
 Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
   prepare_kernels(shape);
   Splits s = choose_step_splits(meta.num_tokens, meta.num_decode_tokens, shape.num_kv_heads, shape.topk,
-                                device_sm_count(), cluster_capacity(shape), !is_half(shape.kv_dtype));
+                                device_sm_count(), cluster_capacity(shape), !is_half(shape.kv_dtype),
+                                row_kernel_ctas_per_sm(shape.kv_dtype));
   if (shape.decode_splits > 0 && meta.num_decode_tokens > 0) s.decode = shape.decode_splits;
   return s;
 }

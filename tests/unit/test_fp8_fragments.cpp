@@ -1,0 +1,218 @@
+// The fp8 row kernel's fragment arithmetic (src/cuda/attention/fp8_fragments.hpp)
+// replayed on the CPU with the PTX layouts of ldmatrix (.x4, .trans) and
+// mma.m16n8k16: with integer data the warp's QK^T and PV must equal the plain
+// products exactly, for every key, query row and dim.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cuda/attention/fp8_fragments.hpp"
+
+namespace {
+
+namespace f = msa::cuda::attention::fp8f;
+
+constexpr int kKeys = 128, kDim = 128, kRows = 16;
+
+// A raw plane with the swizzle: code of (key, dim) at raw_offset(key, dim / 16) + dim % 16.
+std::vector<std::uint8_t> make_plane(const std::vector<int>& codes) {
+  std::vector<std::uint8_t> plane(kKeys * kDim);
+  for (int k = 0; k < kKeys; ++k)
+    for (int d = 0; d < kDim; ++d) plane[std::size_t(f::raw_offset(k, d / 16) + d % 16)] = std::uint8_t(codes[std::size_t(k * kDim + d)]);
+  return plane;
+}
+
+int decode(std::uint8_t code) { return int(code) - 8; }  // a stand-in for the fp8 conversion
+
+// ldmatrix.x4 (b16): lane 8m + r gives the byte offset of row r of matrix m;
+// lane l receives, for matrix m, the 32 bits at bytes 4 (l % 4) of row l / 4
+// (non-trans) or the 16-bit elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4]
+// (trans), low half first. Returned as 4 bytes per (lane, matrix).
+using Regs = std::array<std::array<std::array<std::uint8_t, 4>, 4>, 32>;  // [lane][matrix][byte]
+Regs ldmatrix_x4(const std::vector<std::uint8_t>& plane, const std::array<int, 32>& row_offset, bool trans) {
+  Regs out{};
+  for (int l = 0; l < 32; ++l)
+    for (int m = 0; m < 4; ++m) {
+      auto row = [&](int r) { return plane.data() + row_offset[std::size_t(8 * m + r)]; };
+      if (!trans) {
+        for (int b = 0; b < 4; ++b) out[l][m][b] = row(l / 4)[4 * (l % 4) + b];
+      } else {
+        const int c = l / 4, r0 = 2 * (l % 4);
+        out[l][m] = {row(r0)[2 * c], row(r0)[2 * c + 1], row(r0 + 1)[2 * c], row(r0 + 1)[2 * c + 1]};
+      }
+    }
+  return out;
+}
+
+// prmt(x, sel): result byte i is x's byte (sel >> 4 i) & 7 (only bytes 0-3 used here).
+std::array<std::uint8_t, 4> prmt(const std::array<std::uint8_t, 4>& x, unsigned sel) {
+  std::array<std::uint8_t, 4> r{};
+  for (int i = 0; i < 4; ++i) r[std::size_t(i)] = x[(sel >> (4 * i)) & 3u];
+  return r;
+}
+
+// One mma.m16n8k16 over the warp: a[lane] = {a0..a7}, b[lane] = {b0..b3},
+// c[lane] = {c0..c3} (PTX fragment layouts; g = lane / 4, t = lane % 4).
+using AFrag = std::array<std::array<long, 8>, 32>;
+using BFrag = std::array<std::array<long, 4>, 32>;
+using CFrag = std::array<std::array<long, 4>, 32>;
+void mma(CFrag& c, const AFrag& a, const BFrag& b) {
+  long A[16][16] = {}, B[16][8] = {};
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 2; ++e) {
+      A[g][2 * t + e] = a[l][e];
+      A[g + 8][2 * t + e] = a[l][2 + e];
+      A[g][2 * t + 8 + e] = a[l][4 + e];
+      A[g + 8][2 * t + 8 + e] = a[l][6 + e];
+      B[2 * t + e][g] = b[l][e];
+      B[2 * t + 8 + e][g] = b[l][2 + e];
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+      for (int k = 0; k < 16; ++k) c[l][e] += A[row][k] * B[k][col];
+    }
+  }
+}
+
+TEST(Fp8Fragments, QueryPermutationIsAPermutation) {
+  std::array<int, 8> seen{};
+  for (int m = 0; m < 8; ++m) ++seen[std::size_t(f::q_source_word(m))];
+  for (int w : seen) EXPECT_EQ(w, 1);
+  // Output dims: every (chunk, lane quad position, element) once.
+  std::vector<int> dims(kDim, 0);
+  for (int t = 0; t < 16; ++t)
+    for (int q = 0; q < 4; ++q)
+      for (int e = 0; e < 2; ++e) ++dims[std::size_t(f::out_dim(t, q, e))];
+  for (int d : dims) EXPECT_EQ(d, 1);
+}
+
+TEST(Fp8Fragments, WarpProductsAreExact) {
+  std::mt19937 rng(20261129);
+  std::uniform_int_distribution<int> code(0, 15), small(-3, 3), prob(0, 3);
+  std::vector<int> kc(kKeys * kDim), vc(kKeys * kDim), q(kRows * kDim), p(kRows * kKeys);
+  for (int& x : kc) x = code(rng);
+  for (int& x : vc) x = code(rng);
+  for (int& x : q) x = small(rng);
+  for (int& x : p) x = prob(rng);
+  const auto kplane = make_plane(kc), vplane = make_plane(vc);
+  // The query tile as staged: word m of each 16-dim group from word q_source_word(m).
+  std::vector<int> qp(kRows * kDim);
+  for (int r = 0; r < kRows; ++r)
+    for (int g = 0; g < 8; ++g)
+      for (int m = 0; m < 8; ++m)
+        for (int e = 0; e < 2; ++e)
+          qp[std::size_t(r * kDim + 16 * g + 2 * m + e)] = q[std::size_t(r * kDim + 16 * g + 2 * f::q_source_word(m) + e)];
+
+  for (int warp = 0; warp < 4; ++warp) {
+    const int key_base = 32 * warp;
+    // ---- S = Q K^T: 4 n-tiles of 8 keys, 8 k-steps.
+    CFrag s[4] = {};
+    for (int jp = 0; jp < 4; ++jp)
+      for (int np = 0; np < 2; ++np) {
+        std::array<int, 32> rows{};
+        for (int l = 0; l < 32; ++l) {
+          int key = 0, chunk = 0;
+          f::k_source(l, key_base, np, jp, key, chunk);
+          rows[std::size_t(l)] = f::raw_offset(key, chunk);
+        }
+        const Regs r = ldmatrix_x4(kplane, rows, false);
+        for (int m = 0; m < 4; ++m) {
+          const int nt = 2 * np + (m >> 1), ks = 2 * jp + (m & 1);
+          AFrag a{};
+          BFrag b{};
+          for (int l = 0; l < 32; ++l) {
+            const int g = l / 4, t = l % 4;
+            for (int e = 0; e < 2; ++e) {
+              a[l][e] = qp[std::size_t(g * kDim + 16 * ks + 2 * t + e)];
+              a[l][2 + e] = qp[std::size_t((g + 8) * kDim + 16 * ks + 2 * t + e)];
+              a[l][4 + e] = qp[std::size_t(g * kDim + 16 * ks + 8 + 2 * t + e)];
+              a[l][6 + e] = qp[std::size_t((g + 8) * kDim + 16 * ks + 8 + 2 * t + e)];
+            }
+            for (int e = 0; e < 4; ++e) b[l][e] = decode(r[l][m][e]);  // b0 = bytes 0,1; b1 = bytes 2,3
+          }
+          mma(s[nt], a, b);
+        }
+      }
+    for (int l = 0; l < 32; ++l)
+      for (int nt = 0; nt < 4; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int row = l / 4 + (e >= 2 ? 8 : 0), key = key_base + 8 * nt + 2 * (l % 4) + (e & 1);
+          long want = 0;
+          for (int d = 0; d < kDim; ++d) want += long(q[std::size_t(row * kDim + d)]) * decode(std::uint8_t(kc[std::size_t(key * kDim + d)]));
+          ASSERT_EQ(s[nt][l][e], want) << "warp " << warp << " lane " << l << " n-tile " << nt << " e " << e;
+        }
+
+    // ---- O = P V: the probabilities in the score accumulators' layout, 2 k-steps, 16 n-tiles.
+    CFrag o[16] = {};
+    for (int kk = 0; kk < 2; ++kk) {
+      AFrag a{};
+      for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        auto pv = [&](int row, int key) { return long(p[std::size_t(row * kKeys + key)]); };
+        const int k0 = key_base + 16 * kk + 2 * t;  // s[2kk] columns; s[2kk + 1] is 8 keys on
+        for (int e = 0; e < 2; ++e) {
+          a[l][e] = pv(g, k0 + e);
+          a[l][2 + e] = pv(g + 8, k0 + e);
+          a[l][4 + e] = pv(g, k0 + 8 + e);
+          a[l][6 + e] = pv(g + 8, k0 + 8 + e);
+        }
+      }
+      for (int jp = 0; jp < 4; ++jp) {
+        std::array<int, 32> rows{};
+        for (int l = 0; l < 32; ++l) {
+          int key = 0, chunk = 0;
+          f::v_source(l, key_base, kk, jp, key, chunk);
+          rows[std::size_t(l)] = f::raw_offset(key, chunk);
+        }
+        const Regs r = ldmatrix_x4(vplane, rows, true);
+        for (int c = 0; c < 2; ++c) {
+          const int j = 2 * jp + c;
+          BFrag even{}, odd{};
+          for (int l = 0; l < 32; ++l) {
+            const auto lo = prmt(r[l][2 * c], f::kPairBytes), hi = prmt(r[l][2 * c + 1], f::kPairBytes);
+            even[l] = {decode(lo[0]), decode(lo[1]), decode(hi[0]), decode(hi[1])};
+            odd[l] = {decode(lo[2]), decode(lo[3]), decode(hi[2]), decode(hi[3])};
+          }
+          mma(o[2 * j], a, even);
+          mma(o[2 * j + 1], a, odd);
+        }
+      }
+    }
+    for (int l = 0; l < 32; ++l)
+      for (int t = 0; t < 16; ++t)
+        for (int e = 0; e < 4; ++e) {
+          const int row = l / 4 + (e >= 2 ? 8 : 0), dim = f::out_dim(t, l % 4, e & 1);
+          long want = 0;
+          for (int k = key_base; k < key_base + 32; ++k)
+            want += long(p[std::size_t(row * kKeys + k)]) * decode(std::uint8_t(vc[std::size_t(k * kDim + dim)]));
+          ASSERT_EQ(o[t][l][e], want) << "warp " << warp << " lane " << l << " n-tile " << t << " e " << e;
+        }
+  }
+}
+
+TEST(Fp8Fragments, LdmatrixRowsAreBankConflictFree) {
+  // The 8 row addresses of each matrix fall in 8 different 16-byte bank groups.
+  for (int jp = 0; jp < 4; ++jp)
+    for (int np = 0; np < 2; ++np)
+      for (int m = 0; m < 4; ++m) {
+        std::array<int, 8> k_groups{}, v_groups{};
+        for (int r = 0; r < 8; ++r) {
+          int key = 0, chunk = 0;
+          f::k_source(8 * m + r, 32, np, jp, key, chunk);
+          ++k_groups[std::size_t((f::raw_offset(key, chunk) / 16) % 8)];
+          f::v_source(8 * m + r, 32, np, jp, key, chunk);  // np plays kk
+          ++v_groups[std::size_t((f::raw_offset(key, chunk) / 16) % 8)];
+        }
+        for (int n : k_groups) EXPECT_EQ(n, 1);
+        for (int n : v_groups) EXPECT_EQ(n, 1);
+      }
+}
+
+}  // namespace
