@@ -143,9 +143,9 @@ TEST(AttentionPlan, ConvertedCachesFillOneWave) {
   att::ClusterCapacity few = cap;
   few.clusters[8] = 4, few.clusters[7] = 4, few.clusters[6] = 8, few.clusters[5] = 8;
   EXPECT_EQ(att::choose_converted_splits(8, 16, kH200Sms, few), 6);
-  // fp8's row kernel fits two CTAs per SM: twice the slots.
+  // The fp8 and nvfp4 row kernels fit two CTAs per SM: twice the slots.
   EXPECT_EQ(att::row_kernel_ctas_per_sm(msa::DType::fp8_e4m3), 2);
-  EXPECT_EQ(att::row_kernel_ctas_per_sm(msa::DType::nvfp4), 1);
+  EXPECT_EQ(att::row_kernel_ctas_per_sm(msa::DType::nvfp4), 2);
   EXPECT_EQ(att::row_kernel_ctas_per_sm(msa::DType::bf16), 1);
   EXPECT_EQ(att::choose_converted_splits(8, 16, kH200Sms, cap, 2), 8);
   EXPECT_EQ(att::choose_converted_splits(32, 16, kH200Sms, cap, 2), 4);   // clusters of 5-8 do not fit

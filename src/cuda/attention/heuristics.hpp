@@ -21,9 +21,9 @@ inline constexpr int kMaxSplits = 16;
 // CTAs of the row kernel that fit on one SM (its shared memory holds three
 // 64 KiB K/V stages, so one) ...
 inline constexpr int kCtasPerSm = 1;
-// ... except on fp8 caches, whose row kernel reads three 32 KiB raw stages
-// without a widened tile: two (kernel_smem.cuh, row_ctas_per_sm).
-inline int row_kernel_ctas_per_sm(DType kv) { return is_fp8(kv) ? 2 : kCtasPerSm; }
+// ... except on fp8 and nvfp4 caches, whose row kernel reads three raw stages
+// (32 or 18 KiB) without a widened tile: two (kernel_smem.cuh, row_ctas_per_sm).
+inline int row_kernel_ctas_per_sm(DType kv) { return is_fp8(kv) || kv == DType::nvfp4 ? 2 : kCtasPerSm; }
 
 // Split rows whose factor is at most this merge inside a thread-block cluster
 // (the splits of a row are one cluster, partials exchanged through distributed

@@ -4,7 +4,8 @@
 // scheduler and top-k scan (kernel_entries.cuh), the tile loads
 // (kernel_stage.cuh), the mainloop (kernel_mainloop.cuh) and the epilogue
 // (kernel_epilogue.cuh). Loads are triple-buffered: blocks i + 1 and i + 2
-// (and for converted kinds i + 3) are in flight while block i is computed.
+// are in flight while block i is computed. fp8 and nvfp4 blocks are read as
+// stored and converted in registers (fp8_fragments.hpp, fp4_fragments.hpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -93,10 +94,35 @@ __device__ __forceinline__ void stage_query_permuted(const AttendParams& p, cons
   *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 2 * g + 1)) = make_uint4(a.y, a.w, b.y, b.w);
 }
 
+// The query side of the raw nvfp4 path (fp4_fragments.hpp): k-step 2c + h,
+// word m <- word fp4f::q_source_word(h, m) of the 32-dim chunk c. One (row,
+// chunk) per thread of the first 64.
+template <bool kF16>
+__device__ __forceinline__ void stage_query_fp4(const AttendParams& p, const RowWork& w, unsigned char* q_tile,
+                                                int tid) {
+  if (tid >= kRows * 4) return;
+  const int row = tid >> 2, c = tid & 3;
+  uint4 a[4] = {};
+  if (row < p.group) {
+    const std::int64_t qh = std::int64_t(w.head) * p.group + row;
+    const std::int64_t elem = (std::int64_t(w.token) * p.num_q_heads + qh) * kDim + 32 * c;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) a[j] = load_query_chunk<kF16>(p, elem + 8 * j);
+  }
+  // Word W of the chunk is a[W / 4]'s word W % 4. k-step 2c + h is tile
+  // chunks 4c + 2h (words m = 0-3: W = 4m + 2h) and 4c + 2h + 1 (m = 4-7:
+  // W = 4 (m - 4) + 2h + 1), as q_source_word(h, m) says.
+  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c)) = make_uint4(a[0].x, a[1].x, a[2].x, a[3].x);
+  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 1)) = make_uint4(a[0].y, a[1].y, a[2].y, a[3].y);
+  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 2)) = make_uint4(a[0].z, a[1].z, a[2].z, a[3].z);
+  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 3)) = make_uint4(a[0].w, a[1].w, a[2].w, a[3].w);
+}
+
 template <KvKind kKind, bool kF16>
 __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     attend_kernel(const __grid_constant__ AttendParams p) {
   using L = RowLayout<kKind>;
+  static_assert(!L::kWidened, "the row kernel reads raw stages");
   constexpr bool kRawFp8 = raw_fp8_rows(kKind);
   constexpr int kStages = L::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -116,8 +142,8 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     }
   }
   const Stager<kKind, kF16, L> stager{smem, p, w.head, tid};
-  stager.build_lut();
   if constexpr (kRawFp8) stage_query_permuted<kF16>(p, w, smem + L::kQ, tid);
+  else if constexpr (kKind == KvKind::nvfp4) stage_query_fp4<kF16>(p, w, smem + L::kQ, tid);
   else stage_query<kF16>(p, w, smem + L::kQ, tid);
   __syncthreads();
   w.position = s_count[2];
@@ -151,13 +177,11 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     __syncthreads();
     const int stage = i % kStages;
     const int valid = valid_keys(i);
-    if constexpr (L::kWidened) {
-      stager.widen(stage, valid);
-      __syncthreads();
-      if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
-      cp_async_commit();
-    }
-    if constexpr (kRawFp8) {
+    if constexpr (kKind == KvKind::nvfp4) {
+      attend_block_fp4<kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), stager.raw_k_bytes(stage) + fp4f::kScaleOffset,
+                             stager.raw_k_bytes(stage) + kNvfp4SlotBytes + fp4f::kScaleOffset, warp, lane,
+                             p.score_scale_log2, valid);
+    } else if constexpr (kRawFp8) {
       const float* scales = stager.stage_scales(stage);
       attend_block_fp8<kKind, kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), warp, lane, p.score_scale_log2,
                                     valid, scales, scales != nullptr ? scales + kBlockKeys : nullptr);
@@ -166,13 +190,11 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
                          k_scales, v_scales);
     }
     __syncthreads();
-    if constexpr (!L::kWidened) {
-      if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
-      cp_async_commit();
-    }
+    if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
+    cp_async_commit();
   }
   cp_async_wait<0>();
-  write_row<kKind, kRawFp8>(p, w, st, smem, tid);
+  write_row<kKind, row_dims(kKind)>(p, w, st, smem, tid);
 }
 
 // Clusters of `size` row-kernel CTAs that fit on device `device` at once

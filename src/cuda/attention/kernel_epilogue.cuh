@@ -22,8 +22,9 @@ namespace msa::cuda::attention {
 inline constexpr float kLn2 = 0.6931471805599453f;
 
 // Call after the mainloop's last __syncthreads (the stage area is free).
-// kFp8Dims: st.o holds the raw fp8 path's n-tiles (dims fp8f::out_dim).
-template <KvKind kKind, bool kFp8Dims = false>
+// kDims: which dims st.o's n-tiles hold (natural; the raw fp8 path's
+// fp8f::out_dim; the raw nvfp4 path's fp4f::out_dim).
+template <KvKind kKind, RowDims kDims = RowDims::natural>
 __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& w, WarpState& st,
                                           unsigned char* smem, int tid) {
   using L = RowLayout<kKind>;
@@ -81,7 +82,17 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
 #pragma unroll
     for (int v = 0; v < 4; ++v) mx = fmaxf(mx, warp_max[v * kRows + row]);
     const float f = st.m[i] == -INFINITY ? 0.0f : exp2f(st.m[i] - mx);
-    if constexpr (kFp8Dims) {
+    if constexpr (kDims == RowDims::fp4) {
+      // n-tiles 4c + e, columns 2q + h: dims 32 c + 8 q + 4 h + e.
+      float* dst = merged + (warp * kRows + row) * kMergeStride + 8 * (lane & 3);
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          *reinterpret_cast<float4*>(dst + 32 * c + 4 * h) =
+              make_float4(st.o[4 * c][2 * i + h] * f, st.o[4 * c + 1][2 * i + h] * f, st.o[4 * c + 2][2 * i + h] * f,
+                          st.o[4 * c + 3][2 * i + h] * f);
+    } else if constexpr (kDims == RowDims::fp8) {
       // n-tiles 2j (even dims) and 2j + 1 (odd): dims 16 j + 4 q .. 16 j + 4 q + 3.
       float* dst = merged + (warp * kRows + row) * kMergeStride + 4 * (lane & 3);
 #pragma unroll

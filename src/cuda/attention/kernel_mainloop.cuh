@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/fp4_fragments.hpp"
 #include "cuda/attention/fp8_fragments.hpp"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/ptx.cuh"
@@ -229,6 +230,108 @@ __device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint3
         const std::uint32_t hi = byte_perm(r[2 * c + 1], fp8f::kPairBytes);
         mma16816<kF16>(st.o[2 * j], a, fp8x2_to_mma<kKind, kF16>(lo), fp8x2_to_mma<kKind, kF16>(hi));
         mma16816<kF16>(st.o[2 * j + 1], a, fp8x2_to_mma<kKind, kF16>(lo >> 16), fp8x2_to_mma<kKind, kF16>(hi >> 16));
+      }
+    }
+  }
+}
+
+// Two e4m3 codes (low byte first) -> the MMA type, exact.
+template <bool kF16>
+__device__ __forceinline__ std::uint32_t e4m3x2_to_mma(std::uint32_t two_codes) {
+  return f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(two_codes & 0xffffu)));
+}
+
+// The row kernel's share of one block read as raw nvfp4 codes
+// (fp4_fragments.hpp): warp w takes keys [32w, 32w + 32) of the raw K / V
+// slots, converts the fragments in registers and multiplies them by their
+// group scales (exact in the MMA type), and accumulates into n-tiles whose
+// dims are fp4f::out_dim (the epilogue maps them back). The query fragments
+// come from a tile staged with the fp4f::q_source_word permutation.
+//   raw_k, raw_v: shared addresses of [128 keys][64 bytes] swizzled data planes
+//   k_scales, v_scales: [128 keys][8] e4m3 group scales (shared memory)
+template <bool kF16>
+__device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint32_t (&qf)[8][4], std::uint32_t raw_k,
+                                                 std::uint32_t raw_v, const unsigned char* k_scales,
+                                                 const unsigned char* v_scales, int warp, int lane,
+                                                 float scale_log2, int valid_keys) {
+  const int key_base = warp * 32;
+  const int q = lane & 3;
+  float s[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+
+  // S = Q K^T: per n-tile, chunk m feeds k-steps 2m and 2m + 1.
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+    int key = 0, chunk = 0;
+    fp4f::k_source(lane, key_base, nt, key, chunk);
+    std::uint32_t r[4];
+    ldmatrix_x4(r, raw_k + std::uint32_t(fp4f::raw_offset(key, chunk)));
+    // The scales of this lane's key (B column lane / 4), groups 2m + q / 2.
+    const uint2 sc8 = *reinterpret_cast<const uint2*>(k_scales + (key_base + 8 * nt + (lane >> 2)) * 8);
+    const std::uint32_t sb = fp4f::scale_bytes(sc8.x, sc8.y, q >> 1);
+    const std::uint32_t sc01 = e4m3x2_to_mma<kF16>(sb), sc23 = e4m3x2_to_mma<kF16>(sb >> 16);
+    const std::uint32_t sc[4] = {fp4f::prmt(sc01, 0u, 0x1010u), fp4f::prmt(sc01, 0u, 0x3232u),
+                                 fp4f::prmt(sc23, 0u, 0x1010u), fp4f::prmt(sc23, 0u, 0x3232u)};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      std::uint32_t b[4];
+      fp4f::e2m1x8_to_pairs<kF16>(r[m], b);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) b[i] = mul2<kF16>(b[i], sc[m]);
+      mma16816<kF16>(s[nt], qf[2 * m], b[0], b[1]);
+      mma16816<kF16>(s[nt], qf[2 * m + 1], b[2], b[3]);
+    }
+  }
+
+  const int limit[2] = {valid_keys, valid_keys};
+  scores_to_probs<4>(st, s, key_base, lane, scale_log2, limit, nullptr, nullptr);
+
+  // O += P V: k-steps of 16 keys; per chunk, 4 output n-tiles (dims 32c + 4n + e).
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    std::uint32_t a[4];
+    a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    // Scale pairs (key 2q, key 2q + 1) for b0 and (8 + 2q, 9 + 2q) for b1, of
+    // group 2 chunk + lane / 16: vsc[b][chunk].
+    std::uint32_t vsc[2][4];
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int k0 = key_base + 16 * kk + 8 * b + 2 * q;
+      const uint2 s0 = *reinterpret_cast<const uint2*>(v_scales + k0 * 8);
+      const uint2 s1 = *reinterpret_cast<const uint2*>(v_scales + (k0 + 1) * 8);
+      const std::uint32_t a0 = fp4f::scale_bytes(s0.x, s0.y, lane >> 4);
+      const std::uint32_t a1 = fp4f::scale_bytes(s1.x, s1.y, lane >> 4);
+      const std::uint32_t lo = fp4f::prmt(a0, a1, 0x5140u), hi = fp4f::prmt(a0, a1, 0x7362u);
+      vsc[b][0] = e4m3x2_to_mma<kF16>(lo);
+      vsc[b][1] = e4m3x2_to_mma<kF16>(lo >> 16);
+      vsc[b][2] = e4m3x2_to_mma<kF16>(hi);
+      vsc[b][3] = e4m3x2_to_mma<kF16>(hi >> 16);
+    }
+#pragma unroll
+    for (int cp = 0; cp < 2; ++cp) {
+      int key = 0, chunk = 0;
+      fp4f::v_source(lane, key_base, kk, cp, key, chunk);
+      std::uint32_t r[4];
+      ldmatrix_x4_trans(r, raw_v + std::uint32_t(fp4f::raw_offset(key, chunk)));
+#pragma unroll
+      for (int cc = 0; cc < 2; ++cc) {
+        const int c = 2 * cp + cc;
+        std::uint32_t p0[4], p1[4];
+        fp4f::e2m1x8_to_pairs<kF16>(r[2 * cc], p0);
+        fp4f::e2m1x8_to_pairs<kF16>(r[2 * cc + 1], p1);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const std::uint32_t sel = (e & 1) ? fp4f::kPairHigh : fp4f::kPairLow;
+          const std::uint32_t b0 = mul2<kF16>(fp4f::prmt(p0[e >> 1], p0[2 + (e >> 1)], sel), vsc[0][c]);
+          const std::uint32_t b1 = mul2<kF16>(fp4f::prmt(p1[e >> 1], p1[2 + (e >> 1)], sel), vsc[1][c]);
+          mma16816<kF16>(st.o[4 * c + e], a, b0, b1);
+        }
       }
     }
   }

@@ -7,8 +7,10 @@
 //            the per-warp softmax statistics used by the warp merge
 //   [extra]  the token-tile kernel's tile metadata (kernel_tile_entries.cuh)
 //   [stage]  K/V staging. half: kStages stages of [K tile | V tile] (the tiles
-//            themselves). fp8 / nvfp4: kStages raw stages (codes as stored), one
-//            widened [K tile | V tile], per-token scales / the nvfp4 table.
+//            themselves). fp8 / nvfp4: kStages raw stages (codes as stored),
+//            the token-tile kernels' widened [K tile | V tile], per-token scales
+//            / the nvfp4 table. nvfp4 raw stages swizzle their data chunks
+//            (fp4_fragments.hpp).
 //   The row kernel's epilogue reuses [stage] for the per-warp fp32 outputs.
 //
 // A tile is 128 keys x 128 dims of the MMA type: row = key, 256 B, the 16-byte
@@ -74,12 +76,21 @@ struct SmemLayout {
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
 };
 
-// The row kernel's layout: fp8 reads its raw stages (no widened tile, so two
-// CTAs fit on an SM); nvfp4 widens.
+// The row kernel's layout: fp8 and nvfp4 read their raw stages with ldmatrix
+// and convert in registers (fp8_fragments.hpp, fp4_fragments.hpp): no widened
+// tile, so two CTAs fit on an SM.
 inline constexpr bool raw_fp8_rows(KvKind k) { return k == KvKind::e4m3 || k == KvKind::e5m2; }
+inline constexpr bool raw_rows(KvKind k) { return k != KvKind::half; }
 template <KvKind kKind>
-using RowLayout = SmemLayout<kKind, 3, kRows, 0, !raw_fp8_rows(kKind)>;
+using RowLayout = SmemLayout<kKind, 3, kRows, 0, !raw_rows(kKind)>;
+// Which dims the row kernel's output n-tiles hold (kernel_epilogue.cuh).
+enum class RowDims { natural, fp8, fp4 };
+inline constexpr RowDims row_dims(KvKind k) {
+  return raw_fp8_rows(k) ? RowDims::fp8 : k == KvKind::nvfp4 ? RowDims::fp4 : RowDims::natural;
+}
 // CTAs of the row kernel per SM (its launch bounds and the split heuristic).
-inline constexpr int row_ctas_per_sm(KvKind k) { return raw_fp8_rows(k) ? 2 : 1; }
+inline constexpr int row_ctas_per_sm(KvKind k) { return raw_rows(k) ? 2 : 1; }
+static_assert(2 * (RowLayout<KvKind::nvfp4>::kBytes + 1024) <= 228 * 1024, "two nvfp4 row CTAs per SM");
+static_assert(2 * (RowLayout<KvKind::e4m3>::kBytes + 1024) <= 228 * 1024, "two fp8 row CTAs per SM");
 
 }  // namespace msa::cuda::attention

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/fp4_fragments.hpp"
 #include "cuda/attention/fp8_fragments.hpp"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/params.cuh"
@@ -36,9 +37,13 @@ struct Stager {
     else return smem_u32(smem + L::kRaw + stage * L::kRawBytes);
   }
   __device__ std::uint32_t v_tile(int stage) const { return k_tile(stage) + kTileBytes; }
-  // fp8 raw planes of a stage ([128 keys][128 codes], swizzled; fp8_fragments.hpp).
+  // Raw K / V planes of a stage: fp8 [128 keys][128 codes] (fp8_fragments.hpp),
+  // nvfp4 slots [128 keys][64 bytes] + [128 keys][8 scales] (fp4_fragments.hpp).
   __device__ std::uint32_t raw_k(int stage) const { return smem_u32(smem + L::kRaw + stage * L::kRawBytes); }
-  __device__ std::uint32_t raw_v(int stage) const { return raw_k(stage) + kFp8RawBytes; }
+  __device__ const unsigned char* raw_k_bytes(int stage) const { return smem + L::kRaw + stage * L::kRawBytes; }
+  __device__ std::uint32_t raw_v(int stage) const {
+    return raw_k(stage) + (kKind == KvKind::nvfp4 ? kNvfp4SlotBytes : kFp8RawBytes);
+  }
   // The per-token scales a stage holds as copied (keys past the valid ones
   // zero-filled), for the raw fp8 path; null without per-token scales.
   //   [128] K scales, then [128] V scales
@@ -98,12 +103,16 @@ struct Stager {
       for (int i = 0; i < (kChunks + kNumThreads - 1) / kNumThreads; ++i) {
         const int id = tid + i * kNumThreads;
         if (kChunks % kNumThreads != 0 && id >= kChunks) break;
-        // Chunks [0, 512) are data (4 per token), [512, 576) scales (2 tokens
-        // each); the same for V from 576.
-        const int in_slot = id < 576 ? id : id - 576;
-        const int token = in_slot < 512 ? in_slot >> 2 : (in_slot - 512) * 2;
-        const int bytes = token < valid_keys ? 16 : 0;
-        cp_async16_zfill(dst + id * 16, src + (bytes ? id * 16 : 0), bytes);
+        // Chunks [0, 512) are data (4 per token, swizzled as
+        // fp4f::raw_offset), [512, 576) scales (2 tokens each, the second
+        // token's half zero-filled past valid_keys); the same for V from 576.
+        const int v = id < 576 ? 0 : 1;
+        const int in_slot = id - 576 * v;
+        const bool data = in_slot < 512;
+        const int token = data ? in_slot >> 2 : (in_slot - 512) * 2;
+        const int bytes = token >= valid_keys ? 0 : data || token + 1 < valid_keys ? 16 : 8;
+        const int at = v * kNvfp4SlotBytes + (data ? fp4f::raw_offset(token, in_slot & 3) : in_slot * 16);
+        cp_async16_zfill(dst + std::uint32_t(at), src + (bytes ? id * 16 : 0), bytes);
       }
     } else {
       const std::int64_t base = page * p.page_stride + std::int64_t(head) * p.head_stride;
@@ -191,7 +200,7 @@ struct Stager {
             *reinterpret_cast<uint4*>(row + tile_offset(token, 4 * quarter + j)) = make_uint4(0, 0, 0, 0);
           continue;
         }
-        const uint4 d = *reinterpret_cast<const uint4*>(slot + token * 64 + quarter * 16);
+        const uint4 d = *reinterpret_cast<const uint4*>(slot + fp4f::raw_offset(token, quarter));
         const std::uint16_t sc = *reinterpret_cast<const std::uint16_t*>(slot + 8192 + token * 8 + quarter * 2);
         const std::uint32_t sf = f16x2_to_mma<kF16>(e4m3x2_to_f16x2(sc));
         const std::uint32_t s0 = (sf & 0xffffu) * 0x10001u;  // group 2*quarter, both halves

@@ -1,0 +1,433 @@
+// The nvfp4 row kernel's fragment arithmetic (src/cuda/attention/fp4_fragments.hpp)
+// replayed on the CPU with the PTX layouts of ldmatrix (.x4, .trans) and
+// mma.m16n8k16: the raw e2m1 codes are converted in registers
+// (e2m1x8_to_pairs), scaled by their e4m3 group scales, and the warp's QK^T and
+// PV must equal the plain products exactly, for every key, query row and dim,
+// with bf16 and with fp16 as the MMA type. All values are dyadic rationals of
+// few bits, so double accumulation is exact.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "cuda/attention/fp4_fragments.hpp"
+#include "msa/numeric.hpp"
+
+namespace {
+
+namespace f = msa::cuda::attention::fp4f;
+
+constexpr int kKeys = 128, kDim = 128, kRows = 16, kGroups = kDim / 16;
+constexpr int kPlaneBytes = f::kScaleOffset + kKeys * kGroups;
+
+// IEEE half (fp16) bits -> value, subnormals included.
+double fp16_value(std::uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  double v;
+  if (e == 0x1F) v = m ? NAN : INFINITY;
+  else if (e == 0) v = std::ldexp(double(m), -24);
+  else v = std::ldexp(double(1024 + m), e - 25);
+  return (h & 0x8000u) ? -v : v;
+}
+
+// A 16-bit value of the MMA type: bf16 is the top half of a float, fp16 IEEE half.
+template <bool kF16>
+double half_value(std::uint16_t h) {
+  if constexpr (kF16) return fp16_value(h);
+  else return double(msa::num::bf16_to_float(h));
+}
+template <bool kF16>
+double lo_half(std::uint32_t w) { return half_value<kF16>(std::uint16_t(w & 0xFFFFu)); }
+template <bool kF16>
+double hi_half(std::uint32_t w) { return half_value<kF16>(std::uint16_t(w >> 16)); }
+
+// Whether x is exactly a value of the MMA type (so that the kernel's 16-bit
+// scale multiply does not round).
+template <bool kF16>
+bool representable(double x) {
+  if constexpr (kF16) return fp16_value(msa::num::float_to_fp16(float(x))) == x;
+  else return double(msa::num::bf16_to_float(msa::num::float_to_bf16(float(x)))) == x;
+}
+
+// One slot of a raw stage: [128 keys][64 data bytes] swizzled by raw_offset,
+// then [128 keys][8 e4m3 scales]. codes[key * 128 + dim] are e2m1 codes,
+// scales[key * 8 + group] e4m3 bytes.
+std::vector<std::uint8_t> make_plane(const std::vector<int>& codes, const std::vector<int>& scales) {
+  std::vector<std::uint8_t> plane(kPlaneBytes, 0);
+  for (int k = 0; k < kKeys; ++k) {
+    for (int i = 0; i < kDim / 2; ++i)
+      plane[std::size_t(f::raw_offset(k, i / 16) + i % 16)] =
+          std::uint8_t(codes[std::size_t(k * kDim + 2 * i)] | (codes[std::size_t(k * kDim + 2 * i + 1)] << 4));
+    for (int g = 0; g < kGroups; ++g)
+      plane[std::size_t(f::kScaleOffset + kGroups * k + g)] = std::uint8_t(scales[std::size_t(k * kGroups + g)]);
+  }
+  return plane;
+}
+
+// The reference value of (key, dim): e2m1(code) * e4m3(scale of dim / 16).
+double ref_value(const std::vector<int>& codes, const std::vector<int>& scales, int key, int dim) {
+  return double(msa::num::e2m1_to_float(std::uint8_t(codes[std::size_t(key * kDim + dim)]))) *
+         double(msa::num::e4m3_to_float(std::uint8_t(scales[std::size_t(key * kGroups + dim / 16)])));
+}
+
+// The scale of (key, group) as the kernel reads it from the plane.
+double plane_scale(const std::vector<std::uint8_t>& plane, int key, int group) {
+  return double(msa::num::e4m3_to_float(plane[std::size_t(f::kScaleOffset + kGroups * key + group)]));
+}
+
+std::uint32_t load_u32(const std::uint8_t* p) {
+  return std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 8) | (std::uint32_t(p[2]) << 16) | (std::uint32_t(p[3]) << 24);
+}
+
+// ldmatrix.x4 (b16): lane 8m + r gives the byte offset of row r of matrix m;
+// lane l receives, for matrix m, the 32 bits at bytes 4 (l % 4) of row l / 4
+// (non-trans) or the 16-bit elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4]
+// (trans), low half first.
+using Regs = std::array<std::array<std::uint32_t, 4>, 32>;  // [lane][matrix]
+Regs ldmatrix_x4(const std::vector<std::uint8_t>& plane, const std::array<int, 32>& row_offset, bool trans) {
+  Regs out{};
+  for (int l = 0; l < 32; ++l)
+    for (int m = 0; m < 4; ++m) {
+      auto row = [&](int r) { return plane.data() + row_offset[std::size_t(8 * m + r)]; };
+      if (!trans) {
+        out[std::size_t(l)][std::size_t(m)] = load_u32(row(l / 4) + 4 * (l % 4));
+      } else {
+        const int c = l / 4, r0 = 2 * (l % 4);
+        const std::uint8_t* a = row(r0) + 2 * c;
+        const std::uint8_t* b = row(r0 + 1) + 2 * c;
+        out[std::size_t(l)][std::size_t(m)] = std::uint32_t(a[0]) | (std::uint32_t(a[1]) << 8) |
+                                              (std::uint32_t(b[0]) << 16) | (std::uint32_t(b[1]) << 24);
+      }
+    }
+  return out;
+}
+
+// One mma.m16n8k16 over the warp: a[lane] = {a0..a7}, b[lane] = {b0..b3}
+// (b0 low, b0 high, b1 low, b1 high), c[lane] = {c0..c3} (PTX fragment
+// layouts; g = lane / 4, t = lane % 4).
+using AFrag = std::array<std::array<double, 8>, 32>;
+using BFrag = std::array<std::array<double, 4>, 32>;
+using CFrag = std::array<std::array<double, 4>, 32>;
+void mma(CFrag& c, const AFrag& a, const BFrag& b) {
+  double A[16][16] = {}, B[16][8] = {};
+  for (std::size_t l = 0; l < 32; ++l) {
+    const std::size_t g = l / 4, t = l % 4;
+    for (std::size_t e = 0; e < 2; ++e) {
+      A[g][2 * t + e] = a[l][e];
+      A[g + 8][2 * t + e] = a[l][2 + e];
+      A[g][2 * t + 8 + e] = a[l][4 + e];
+      A[g + 8][2 * t + 8 + e] = a[l][6 + e];
+      B[2 * t + e][g] = b[l][e];
+      B[2 * t + 8 + e][g] = b[l][2 + e];
+    }
+  }
+  for (std::size_t l = 0; l < 32; ++l) {
+    const std::size_t g = l / 4, t = l % 4;
+    for (std::size_t e = 0; e < 4; ++e) {
+      const std::size_t row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
+      for (std::size_t k = 0; k < 16; ++k) c[l][e] += A[row][k] * B[k][col];
+    }
+  }
+}
+
+// A random e2m1 code, never negative zero (8).
+int random_code(std::mt19937& rng) {
+  std::uniform_int_distribution<int> code(0, 14);
+  const int c = code(rng);
+  return c >= 8 ? c + 1 : c;
+}
+
+// Random positive finite e4m3 scales in [2^-9, 448] (bytes 0x01 .. 0x7E); the
+// keys 5 mod 16 get subnormal scales (0x01 .. 0x07) in every group.
+std::vector<int> random_scales(std::mt19937& rng) {
+  std::uniform_int_distribution<int> normal(0x01, 0x7E), subnormal(0x01, 0x07);
+  std::vector<int> s(kKeys * kGroups);
+  for (int k = 0; k < kKeys; ++k)
+    for (int g = 0; g < kGroups; ++g) s[std::size_t(k * kGroups + g)] = (k % 16 == 5) ? subnormal(rng) : normal(rng);
+  return s;
+}
+
+template <bool kF16>
+void check_warp_products(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> small(-3, 3), prob(0, 3);
+  std::vector<int> kc(kKeys * kDim), vc(kKeys * kDim), q(kRows * kDim), p(kRows * kKeys);
+  for (int& x : kc) x = random_code(rng);
+  for (int& x : vc) x = random_code(rng);
+  const std::vector<int> ks_ = random_scales(rng), vs = random_scales(rng);
+  for (int& x : q) x = small(rng);
+  for (int& x : p) x = prob(rng);
+  const auto kplane = make_plane(kc, ks_), vplane = make_plane(vc, vs);
+
+  // The query tile as staged: word m of k-step 2c + h from word q_source_word(h, m) of chunk c.
+  std::vector<double> qp(kRows * kDim);
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 4; ++c)
+      for (int h = 0; h < 2; ++h)
+        for (int m = 0; m < 8; ++m)
+          for (int e = 0; e < 2; ++e)
+            qp[std::size_t(r * kDim + 16 * (2 * c + h) + 2 * m + e)] =
+                q[std::size_t(r * kDim + 32 * c + 2 * f::q_source_word(h, m) + e)];
+  auto a_query = [&](int ks) {
+    AFrag a{};
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      for (int e = 0; e < 2; ++e) {
+        auto& al = a[std::size_t(l)];
+        al[std::size_t(e)] = qp[std::size_t(g * kDim + 16 * ks + 2 * t + e)];
+        al[std::size_t(2 + e)] = qp[std::size_t((g + 8) * kDim + 16 * ks + 2 * t + e)];
+        al[std::size_t(4 + e)] = qp[std::size_t(g * kDim + 16 * ks + 8 + 2 * t + e)];
+        al[std::size_t(6 + e)] = qp[std::size_t((g + 8) * kDim + 16 * ks + 8 + 2 * t + e)];
+      }
+    }
+    return a;
+  };
+
+  int inexact = 0;  // scaled 16-bit products that the MMA type could not hold
+  auto scaled = [&](double v, double s) {
+    const double x = v * s;
+    if (!representable<kF16>(x)) ++inexact;
+    return x;
+  };
+
+  for (int warp = 0; warp < 4; ++warp) {
+    const int key_base = 32 * warp;
+    // ---- S = Q K^T: 4 n-tiles of 8 keys; one ldmatrix.x4 per n-tile covers all 8 k-steps.
+    CFrag s[4] = {};
+    for (int nt = 0; nt < 4; ++nt) {
+      std::array<int, 32> rows{};
+      for (int l = 0; l < 32; ++l) {
+        int key = 0, chunk = 0;
+        f::k_source(l, key_base, nt, key, chunk);
+        rows[std::size_t(l)] = f::raw_offset(key, chunk);
+      }
+      const Regs r = ldmatrix_x4(kplane, rows, false);
+      for (int m = 0; m < 4; ++m) {
+        BFrag b_even{}, b_odd{};  // k-steps 2m and 2m + 1
+        for (int l = 0; l < 32; ++l) {
+          const int key = key_base + 8 * nt + l / 4;  // the lane's B column
+          const std::uint8_t* sp = kplane.data() + f::kScaleOffset + kGroups * key;
+          const std::uint32_t sb = f::scale_bytes(load_u32(sp), load_u32(sp + 4), (l % 4) >> 1);
+          const std::uint8_t sbyte = std::uint8_t((sb >> (8 * m)) & 0xFFu);
+          EXPECT_EQ(int(sbyte), ks_[std::size_t(key * kGroups + 2 * m + (l % 4) / 2)]) << "scale_bytes lane " << l << " m " << m;
+          const double sc = double(msa::num::e4m3_to_float(sbyte));
+          std::uint32_t pairs[4];
+          f::e2m1x8_to_pairs<kF16>(r[std::size_t(l)][std::size_t(m)], pairs);
+          b_even[std::size_t(l)] = {scaled(lo_half<kF16>(pairs[0]), sc), scaled(hi_half<kF16>(pairs[0]), sc),
+                                    scaled(lo_half<kF16>(pairs[1]), sc), scaled(hi_half<kF16>(pairs[1]), sc)};
+          b_odd[std::size_t(l)] = {scaled(lo_half<kF16>(pairs[2]), sc), scaled(hi_half<kF16>(pairs[2]), sc),
+                                   scaled(lo_half<kF16>(pairs[3]), sc), scaled(hi_half<kF16>(pairs[3]), sc)};
+        }
+        mma(s[nt], a_query(2 * m), b_even);
+        mma(s[nt], a_query(2 * m + 1), b_odd);
+      }
+    }
+    for (int l = 0; l < 32; ++l)
+      for (int nt = 0; nt < 4; ++nt)
+        for (int e = 0; e < 4; ++e) {
+          const int row = l / 4 + (e >= 2 ? 8 : 0), key = key_base + 8 * nt + 2 * (l % 4) + (e & 1);
+          double want = 0;
+          for (int d = 0; d < kDim; ++d) want += double(q[std::size_t(row * kDim + d)]) * ref_value(kc, ks_, key, d);
+          ASSERT_EQ(s[nt][std::size_t(l)][std::size_t(e)], want)
+              << (kF16 ? "fp16" : "bf16") << " warp " << warp << " lane " << l << " n-tile " << nt << " e " << e;
+        }
+
+    // ---- O = P V: the probabilities in the score accumulators' layout, 2 k-steps, 16 n-tiles.
+    CFrag o[16] = {};
+    for (int kk = 0; kk < 2; ++kk) {
+      AFrag a{};
+      for (int l = 0; l < 32; ++l) {
+        const int g = l / 4, t = l % 4;
+        auto pv = [&](int row, int key) { return double(p[std::size_t(row * kKeys + key)]); };
+        const int k0 = key_base + 16 * kk + 2 * t;  // s[2kk] columns; s[2kk + 1] is 8 keys on
+        auto& al = a[std::size_t(l)];
+        for (int e = 0; e < 2; ++e) {
+          al[std::size_t(e)] = pv(g, k0 + e);
+          al[std::size_t(2 + e)] = pv(g + 8, k0 + e);
+          al[std::size_t(4 + e)] = pv(g, k0 + 8 + e);
+          al[std::size_t(6 + e)] = pv(g + 8, k0 + 8 + e);
+        }
+      }
+      for (int cp = 0; cp < 2; ++cp) {
+        std::array<int, 32> rows{};
+        for (int l = 0; l < 32; ++l) {
+          int key = 0, chunk = 0;
+          f::v_source(l, key_base, kk, cp, key, chunk);
+          rows[std::size_t(l)] = f::raw_offset(key, chunk);
+        }
+        const Regs r = ldmatrix_x4(vplane, rows, true);
+        for (int cc = 0; cc < 2; ++cc) {
+          const int chunk = 2 * cp + cc;
+          BFrag b[4] = {};  // n-tiles 4 chunk + e
+          for (int l = 0; l < 32; ++l) {
+            const int k0 = key_base + 16 * kk + 2 * (l % 4), group = 2 * chunk + (l >> 4);
+            std::uint32_t p0[4], p1[4];
+            f::e2m1x8_to_pairs<kF16>(r[std::size_t(l)][std::size_t(2 * cc)], p0);
+            f::e2m1x8_to_pairs<kF16>(r[std::size_t(l)][std::size_t(2 * cc + 1)], p1);
+            for (int e = 0; e < 4; ++e) {
+              const std::uint32_t sel = (e & 1) ? f::kPairHigh : f::kPairLow;
+              const std::uint32_t b0 = f::prmt(p0[e / 2], p0[2 + e / 2], sel);
+              const std::uint32_t b1 = f::prmt(p1[e / 2], p1[2 + e / 2], sel);
+              b[e][std::size_t(l)] = {scaled(lo_half<kF16>(b0), plane_scale(vplane, k0, group)),
+                                      scaled(hi_half<kF16>(b0), plane_scale(vplane, k0 + 1, group)),
+                                      scaled(lo_half<kF16>(b1), plane_scale(vplane, k0 + 8, group)),
+                                      scaled(hi_half<kF16>(b1), plane_scale(vplane, k0 + 9, group))};
+            }
+          }
+          for (int e = 0; e < 4; ++e) mma(o[4 * chunk + e], a, b[e]);
+        }
+      }
+    }
+    for (int l = 0; l < 32; ++l)
+      for (int t = 0; t < 16; ++t)
+        for (int e = 0; e < 4; ++e) {
+          const int row = l / 4 + (e >= 2 ? 8 : 0), dim = f::out_dim(t, l % 4, e & 1);
+          double want = 0;
+          for (int k = key_base; k < key_base + 32; ++k)
+            want += double(p[std::size_t(row * kKeys + k)]) * ref_value(vc, vs, k, dim);
+          ASSERT_EQ(o[t][std::size_t(l)][std::size_t(e)], want)
+              << (kF16 ? "fp16" : "bf16") << " warp " << warp << " lane " << l << " n-tile " << t << " e " << e
+              << " dim " << dim;
+        }
+  }
+  EXPECT_EQ(inexact, 0) << "scaled values not exact in " << (kF16 ? "fp16" : "bf16");
+}
+
+template <bool kF16>
+void check_conversion() {
+  std::mt19937 rng(kF16 ? 7u : 11u);
+  std::uniform_int_distribution<std::uint32_t> any(0u, 0xFFFFFFFFu);
+  auto check_word = [](std::uint32_t w) {
+    std::uint32_t out[4];
+    f::e2m1x8_to_pairs<kF16>(w, out);
+    for (int i = 0; i < 4; ++i)
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * i + h;
+        const std::uint8_t code = std::uint8_t((w >> (4 * j)) & 0xFu);
+        const double got = h ? hi_half<kF16>(out[i]) : lo_half<kF16>(out[i]);
+        ASSERT_EQ(got, double(msa::num::e2m1_to_float(code)))
+            << (kF16 ? "fp16" : "bf16") << " word 0x" << std::hex << w << std::dec << " element " << j;
+      }
+  };
+  // Every code in every nibble position, against several backgrounds.
+  for (int j = 0; j < 8; ++j)
+    for (std::uint32_t c = 0; c < 16; ++c)
+      for (std::uint32_t bg = 0; bg < 16; ++bg) {
+        std::uint32_t w = 0;
+        for (int i = 0; i < 8; ++i) w |= ((i == j ? c : (bg + std::uint32_t(i)) & 0xFu) << (4 * i));
+        check_word(w);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  for (int n = 0; n < 100000; ++n) {
+    check_word(any(rng));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
+TEST(Fp4Fragments, ConversionBf16) { check_conversion<false>(); }
+TEST(Fp4Fragments, ConversionFp16) { check_conversion<true>(); }
+
+TEST(Fp4Fragments, Fp16DecoderMatchesNumeric) {
+  // The test's own fp16 decoder agrees with msa::num on every finite half.
+  for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+    if (((h >> 10) & 0x1Fu) == 0x1Fu) continue;
+    ASSERT_EQ(fp16_value(std::uint16_t(h)), double(msa::num::fp16_to_float(std::uint16_t(h)))) << "half 0x" << std::hex << h;
+  }
+}
+
+TEST(Fp4Fragments, PermutationsAreBijective) {
+  // q_source_word: a permutation of the 8 words of each half, the two halves
+  // together cover the 16 words of a 32-dim chunk once.
+  std::array<int, 16> all{};
+  for (int h = 0; h < 2; ++h) {
+    std::array<int, 16> seen{};
+    for (int m = 0; m < 8; ++m) {
+      const int w = f::q_source_word(h, m);
+      ASSERT_GE(w, 0);
+      ASSERT_LT(w, 16);
+      ++seen[std::size_t(w)];
+      ++all[std::size_t(w)];
+    }
+    int distinct = 0;
+    for (int n : seen) {
+      EXPECT_LE(n, 1);
+      distinct += n;
+    }
+    EXPECT_EQ(distinct, 8);
+  }
+  for (int n : all) EXPECT_EQ(n, 1);
+  // Output dims: every (n-tile, lane quad position, element) once.
+  std::vector<int> dims(kDim, 0);
+  for (int t = 0; t < 16; ++t)
+    for (int q = 0; q < 4; ++q)
+      for (int e = 0; e < 2; ++e) {
+        const int d = f::out_dim(t, q, e);
+        ASSERT_GE(d, 0);
+        ASSERT_LT(d, kDim);
+        ++dims[std::size_t(d)];
+      }
+  for (int d : dims) EXPECT_EQ(d, 1);
+}
+
+TEST(Fp4Fragments, WarpProductsAreExactBf16) { check_warp_products<false>(20261201u); }
+TEST(Fp4Fragments, WarpProductsAreExactFp16) { check_warp_products<true>(20261202u); }
+
+TEST(Fp4Fragments, LdmatrixRowsAreBankConflictFree) {
+  // The 8 row addresses of each matrix fall in 8 different 16-byte bank groups.
+  for (int warp = 0; warp < 4; ++warp) {
+    const int key_base = 32 * warp;
+    for (int nt = 0; nt < 4; ++nt)
+      for (int m = 0; m < 4; ++m) {
+        std::array<int, 8> groups{};
+        for (int r = 0; r < 8; ++r) {
+          int key = 0, chunk = 0;
+          f::k_source(8 * m + r, key_base, nt, key, chunk);
+          ++groups[std::size_t((f::raw_offset(key, chunk) / 16) % 8)];
+        }
+        for (int n : groups) EXPECT_EQ(n, 1) << "K warp " << warp << " n-tile " << nt << " matrix " << m;
+      }
+    for (int kk = 0; kk < 2; ++kk)
+      for (int cp = 0; cp < 2; ++cp)
+        for (int m = 0; m < 4; ++m) {
+          std::array<int, 8> groups{};
+          for (int r = 0; r < 8; ++r) {
+            int key = 0, chunk = 0;
+            f::v_source(8 * m + r, key_base, kk, cp, key, chunk);
+            ++groups[std::size_t((f::raw_offset(key, chunk) / 16) % 8)];
+          }
+          for (int n : groups) EXPECT_EQ(n, 1) << "V warp " << warp << " kk " << kk << " cp " << cp << " matrix " << m;
+        }
+  }
+}
+
+TEST(Fp4Fragments, RawOffsetsTileThePlane) {
+  // Every (key, chunk) gets its own 16-byte slot inside the key's 64-byte row.
+  std::vector<int> used(f::kScaleOffset / 16, 0);
+  for (int k = 0; k < kKeys; ++k)
+    for (int c = 0; c < 4; ++c) {
+      const int off = f::raw_offset(k, c);
+      ASSERT_EQ(off % 16, 0);
+      ASSERT_EQ(off / 64, k);
+      ++used[std::size_t(off / 16)];
+    }
+  for (int n : used) EXPECT_EQ(n, 1);
+}
+
+TEST(Fp4Fragments, PrmtHostEmulation) {
+  const std::uint32_t a = 0x33221100u, b = 0x77665544u;
+  EXPECT_EQ(f::prmt(a, b, 0x3210u), a);
+  EXPECT_EQ(f::prmt(a, b, 0x7654u), b);
+  EXPECT_EQ(f::prmt(a, b, 0x0123u), 0x00112233u);
+  EXPECT_EQ(f::prmt(a, b, f::kPairLow), 0x55441100u);
+  EXPECT_EQ(f::prmt(a, b, f::kPairHigh), 0x77663322u);
+  EXPECT_EQ(f::prmt(a, b, 0x5140u), 0x55114400u);
+  EXPECT_EQ(f::prmt(a, b, 0x4444u), 0x44444444u);
+  // scale_bytes: byte c is group 2c + odd.
+  EXPECT_EQ(f::scale_bytes(0x03020100u, 0x07060504u, 0), 0x06040200u);
+  EXPECT_EQ(f::scale_bytes(0x03020100u, 0x07060504u, 1), 0x07050301u);
+}
+
+}  // namespace
