@@ -110,6 +110,10 @@ struct AttentionShape {
   // Split-K factor of the decode / verify rows: 0 lets the plan choose (the
   // default); 1-16 forces it (tuning and experiments).
   std::int32_t decode_splits = 0;
+  // Ways each prefill token tile's block union is split when the tiles run on
+  // the persistent wgmma kernel (bf16 / fp16 caches, query-major): 0 lets the
+  // plan choose (the default: only steps with few tiles split); 1-4 forces it.
+  std::int32_t tile_splits = 0;
 };
 
 // A plan: plain values and pointers into the caller's workspace.
@@ -135,6 +139,14 @@ struct AttentionPlan {
   // 128], and the device picks key-major or token tiles on each attend. Such a
   // plan depends on the requests' sequence lengths too (their block count).
   std::int64_t key_major_rows = 0;
+  // > 1: prefill token tiles run as tile_splits work items each (a share of the
+  // tile's blocks), writing 16-bit partials [num_tokens, num_q_heads,
+  // tile_splits, 128] and their lse [num_tokens, num_q_heads, tile_splits] in
+  // the workspace, merged per row by attend(). 1: no split (always with
+  // key_major_rows > 0, and for caches that do not run the persistent tiles).
+  std::int32_t tile_splits = 1;
+  void* tile_partial_out = nullptr;
+  float* tile_partial_lse = nullptr;
 };
 
 // Device bytes the plan for this step needs.

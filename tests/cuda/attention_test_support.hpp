@@ -341,11 +341,19 @@ Planned make_plan(const BatchMetadata& meta, const msa::cuda::AttentionShape& sh
       meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, *forced);
   // Room for the forced layout and for what plan_attention itself asks.
   const std::size_t bytes = std::max(layout.bytes, msa::cuda::attention_workspace_bytes(meta, shape));
-  p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(bytes, 1));
+  // The split tiles' partials (if the plan splits tiles) go after all of it,
+  // clear of the forced split partials.
+  const auto tiles = msa::cuda::attention::tile_split_layout(bytes, meta.num_tokens, shape.num_q_heads,
+                                                             msa::cuda::attention::kMaxTileSplits);
+  p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(tiles.end, 1));
   p.workspace.poison_nan();
   p.plan = msa::cuda::plan_attention(meta, shape, p.workspace.data(), p.workspace.bytes(), nullptr);
   p.plan.decode_splits = forced->decode;
   p.plan.prefill_splits = forced->prefill;
+  if (p.plan.tile_splits > 1) {
+    p.plan.tile_partial_out = p.workspace.data() + tiles.out_offset;
+    p.plan.tile_partial_lse = reinterpret_cast<float*>(p.workspace.data() + tiles.lse_offset);
+  }
   p.plan.partial_out = reinterpret_cast<float*>(p.workspace.data() + layout.out_offset);
   p.plan.partial_lse = reinterpret_cast<float*>(p.workspace.data() + layout.lse_offset);
   // The forced layout's split counters start at 0 (plan_attention zeroed its own).

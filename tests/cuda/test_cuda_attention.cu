@@ -356,6 +356,49 @@ TEST(CudaAttentionRows, ShapeDecodeSplits) {
   }
 }
 
+// Split token tiles (AttentionShape::tile_splits): every factor gives the
+// oracle's answer on a mixed step (decode rows, prefill chunks of odd lengths
+// on cached contexts, a chunk shorter than a tile), at G = 16 and G = 8, bf16
+// and fp16; a value past kMaxTileSplits is refused naming the field.
+TEST(CudaAttentionTiles, ShapeTileSplits) {
+  MSA_SKIP_WITHOUT_GPU();
+  namespace att = msa::cuda::attention;
+  for (const auto& [q_heads, kv_heads, kv] : {std::tuple{16, 1, DType::bf16}, std::tuple{32, 4, DType::fp16}}) {
+    Case c = named("shape_tile_splits_g" + std::to_string(q_heads / kv_heads) + "_" + msa::dtype_name(kv));
+    c.seed = 5150 + q_heads;
+    c.kv = kv;
+    c.q_heads = q_heads, c.kv_heads = kv_heads;
+    c.requests = decodes({900, 40}) + std::vector<RequestShape>{{203, 2900}, {5, 300}, {130, 0}, {2, 700}, {377, 9000}};
+    MSA_TRACE_SEED(c.seed);
+    OracleStep ref(c);
+    const BatchMetadata& meta = ref.w.meta();
+    for (const int splits : {0, 1, 2, 3, 4}) {
+      DeviceInputs d(ref.w, meta, ref.topk);
+      d.shape.tile_splits = splits;
+      Planned p = make_plan(meta, d.shape);
+      if (att::use_wgmma_tiles(true, q_heads / kv_heads, att::tile_tokens(q_heads / kv_heads, c.topk)) &&
+          p.plan.prefill_splits == 1 && splits > 0)
+        EXPECT_EQ(p.plan.tile_splits, splits);
+      msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
+      msa::test::device_sync();
+      expect_close(d.result(), ref.want,
+                   c.name + " tile_splits " + std::to_string(splits) + " (plan " + std::to_string(p.plan.tile_splits) +
+                       ", prefill splits " + std::to_string(p.plan.prefill_splits) + ")");
+    }
+  }
+  Case c = named("shape_tile_splits_bad");
+  c.requests = {{64, 100}};
+  OracleStep ref(c);
+  DeviceInputs d(ref.w, ref.w.meta(), ref.topk);
+  d.shape.tile_splits = 5;
+  try {
+    (void)msa::cuda::attention_workspace_bytes(ref.w.meta(), d.shape);
+    ADD_FAILURE() << "tile_splits = 5 was accepted";
+  } catch (const msa::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tile_splits = 5"), std::string::npos) << e.what();
+  }
+}
+
 // A decode step captured once in a CUDA graph and replayed with new top-k,
 // sequence lengths, block tables and queries copied into the same buffers.
 // forced: the plan's split factors (else the heuristic's).

@@ -157,6 +157,35 @@ TEST(AttentionPlan, ConvertedCachesFillOneWave) {
   EXPECT_EQ(st.prefill, choose_step_splits(32 + 5, 32, 1, 16, kH200Sms, cap).prefill);
 }
 
+TEST(AttentionPlan, TileSplitsFillTheLastRound) {
+  namespace att = msa::cuda::attention;
+  // Few tiles (at most half the SMs busy): split as far as the grid holds them.
+  EXPECT_EQ(att::choose_tile_splits(1, kH200Sms), 4);
+  EXPECT_EQ(att::choose_tile_splits(33, kH200Sms), 4);
+  EXPECT_EQ(att::choose_tile_splits(40, kH200Sms), 3);
+  EXPECT_EQ(att::choose_tile_splits(66, kH200Sms), 2);
+  // One round more than half full, or a full one: no split.
+  EXPECT_EQ(att::choose_tile_splits(67, kH200Sms), 1);
+  EXPECT_EQ(att::choose_tile_splits(132, kH200Sms), 1);
+  // A second round at most half full: two ways.
+  EXPECT_EQ(att::choose_tile_splits(133, kH200Sms), 2);
+  EXPECT_EQ(att::choose_tile_splits(193, kH200Sms), 2);
+  EXPECT_EQ(att::choose_tile_splits(198, kH200Sms), 2);
+  EXPECT_EQ(att::choose_tile_splits(199, kH200Sms), 1);
+  EXPECT_EQ(att::choose_tile_splits(330, kH200Sms), 1);  // three rounds
+  EXPECT_EQ(att::choose_tile_splits(2048 + 1, kH200Sms), 1);
+  EXPECT_EQ(att::choose_tile_splits(0, kH200Sms), 1);
+  EXPECT_EQ(att::choose_tile_splits(10, 0), 1);
+  // Layout: none without a split; 16-bit rows then fp32 lse, 256-aligned.
+  const att::TileSplitLayout none = att::tile_split_layout(1000, 50, 16, 1);
+  EXPECT_EQ(none.end, 1000u);
+  const att::TileSplitLayout l = att::tile_split_layout(1000, 50, 16, 3);
+  EXPECT_EQ(l.out_offset, 1024u);
+  EXPECT_EQ(l.lse_offset % 256, 0u);
+  EXPECT_GE(l.lse_offset, l.out_offset + std::size_t(50) * 16 * 3 * 128 * 2);
+  EXPECT_EQ(l.end, l.lse_offset + std::size_t(50) * 16 * 3 * 4);
+}
+
 TEST(AttentionPlan, WorkspaceLayout) {
   // Nothing splits: no workspace.
   const auto none = workspace_layout(100, 10, 16, 1, Splits{1, 1});

@@ -279,10 +279,22 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
         prepare_key_major(km, step, args, p, tokens_per_tile, always, s, check);
         p.tile_gate = km.tile_gate();
       }
+      // Split tiles (plan.tile_splits > 1, only planned for bf16 / fp16 caches
+      // that cannot run key-major): tile_splits items per tile, then the merge.
+      const bool split_tiles = !key_major && plan.tile_splits > 1 && is_half(args.cache.dtype);
+      if (split_tiles) {
+        MSA_CHECK(plan.tile_partial_out != nullptr && plan.tile_partial_lse != nullptr,
+                  "attend: the plan splits token tiles ", plan.tile_splits, " ways but has no partials");
+        p.tile_splits = plan.tile_splits;
+        p.tile_count = tiles_ctas * plan.tile_splits;
+        p.tile_partial_out = plan.tile_partial_out;
+        p.tile_partial_lse = plan.tile_partial_lse;
+      }
       dispatch(args.cache.dtype, f16, "attend", [&](auto kind, auto fp16) {
         constexpr KvKind kKind = decltype(kind)::value;
         if constexpr (kKind != KvKind::nvfp4) launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
       });
+      if (split_tiles) combine_tile_splits(p, s);
       if (key_major) {
         AttendParams k = p;
         k.tile_count = km.layout.max_items;

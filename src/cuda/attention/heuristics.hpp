@@ -165,6 +165,43 @@ inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
          group * tokens_per_tile == kTileRows;
 }
 
+// ---- split token tiles (kernel_wgmma_tile.cuh, persistent bf16 / fp16 CTAs) ------
+// A step with few tiles leaves SMs idle or ends on a partial round. Splitting
+// each tile's union S ways (work item (tile, s) takes entries s, s + S, ...)
+// gives tiles x S items of about 1 / S tile each, whose rows are 16-bit
+// partials with their lse, merged per (token, query head) afterwards
+// (key_major.cu, merge_partials). Steps that leave at least half the SMs
+// without a tile split as many ways as the grid holds (at most
+// kMaxTileSplits); steps whose second round is at most half full split in
+// two; others not. Measured on the H200 (bench/RESULTS.md, sixth session,
+// clustered, 16/1 bf16, S = 1 -> S): 33 tiles (b=1, 256-token chunk) 47.5 ->
+// 27.0 us at S = 4; 193 tiles (b=1, 1536 tokens) 85.7 -> 82.0 us at S = 2;
+// 330 tiles (b=10, 256 tokens, three rounds) 124.2 -> 130.6 us at S = 2.
+inline constexpr int kMaxTileSplits = 4;
+inline int choose_tile_splits(std::int64_t tiles, int num_sms) {
+  if (tiles <= 0 || num_sms <= 0) return 1;
+  if (2 * tiles <= num_sms) return int(std::min<std::int64_t>(kMaxTileSplits, num_sms / tiles));
+  return tiles > num_sms && 2 * (tiles - num_sms) <= num_sms ? 2 : 1;
+}
+
+// Bytes of the split tiles' partials after `offset` (256-aligned regions):
+// [num_tokens, num_q_heads, splits, 128] 16-bit outputs, then
+// [num_tokens, num_q_heads, splits] fp32 lse.
+struct TileSplitLayout {
+  std::size_t out_offset = 0, lse_offset = 0, end = 0;
+};
+inline TileSplitLayout tile_split_layout(std::size_t offset, std::int64_t num_tokens, int num_q_heads, int splits) {
+  auto align = [](std::size_t x) { return (x + 255) / 256 * 256; };
+  TileSplitLayout l;
+  l.out_offset = l.lse_offset = l.end = offset;
+  if (splits <= 1 || num_tokens <= 0) return l;
+  const std::size_t rows = std::size_t(num_tokens) * std::size_t(num_q_heads) * std::size_t(splits);
+  l.out_offset = align(offset);
+  l.lse_offset = align(l.out_offset + rows * 128 * 2);  // 16-bit rows of 128 dims
+  l.end = l.lse_offset + rows * sizeof(float);
+  return l;
+}
+
 // ---- key-major prefill (kernel_wgmma_tile.cuh with kKeyMajor, key_major.cu) -----
 // A key-major work item is one (KV head, request, block) row of the k2q plan
 // (msa::cuda::build_k2q) with up to tokens_per_tile of the tokens that selected

@@ -136,11 +136,14 @@ __device__ __forceinline__ TileWork tile_of_cta(const AttendParams& p, std::int6
 // OR-ed into their slots), the distinct ids are listed, their pages looked up,
 // and each good one is placed by its rank among them.
 // kWorkers threads take part (tid in [0, kWorkers)), `sync` joins them all.
+// splits > 1 (split tiles): only the entries of rank split, split + splits,
+// ... are kept, in order.
 //   scratch: UnionScratch; list: TileList whose positions [count] are already
 //   set (-1: the token attends nothing)
 template <int kWorkers, class Sync>
 __device__ __forceinline__ int build_union_with(const AttendParams& p, const TileWork& t, unsigned char* scratch,
-                                                unsigned char* list, int tid, Sync sync) {
+                                                unsigned char* list, int tid, Sync sync, int split = 0,
+                                                int splits = 1) {
   auto* hash_mask = reinterpret_cast<unsigned long long*>(scratch + UnionScratch::kHashMask);
   auto* hash_key = reinterpret_cast<int*>(scratch + UnionScratch::kHashKey);
   auto* pair_id = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kPairId);
@@ -222,6 +225,8 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
     if (id == 0x7fffffff) continue;
     int rank = 0;
     for (int v = 0; v < n_distinct; ++v) rank += good_id[v] < id;
+    if (rank % splits != split) continue;
+    rank /= splits;
     const int h = distinct[u];
     entry_block[rank] = id;
     entry_page[rank] = good_page[u];

@@ -255,7 +255,19 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
       write_tile_rows(p, c, o, m, l, at, p.km_partial_out, p.km_partial_lse);
     } else {
       tile_row_targets<false>(p, c, nullptr, first, count, head, at);
-      write_tile_rows(p, c, o, m, l, at, p.out, p.lse);
+      void* out = p.out;
+      float* lse = p.lse;
+      if (p.tile_splits > 1) {
+        // Split tiles: the rows' partials of this item's split (item number
+        // first_tile + j x tile_stride, split = item % tile_splits as planned).
+        const int split = int((c.first_tile + std::int64_t(j) * c.tile_stride) % p.tile_splits);
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (at[i] >= 0) at[i] = at[i] * p.tile_splits + split;
+        out = p.tile_partial_out;
+        lse = p.tile_partial_lse;
+      }
+      write_tile_rows(p, c, o, m, l, at, out, lse);
     }
   }
 }

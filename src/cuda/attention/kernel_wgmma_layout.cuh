@@ -68,6 +68,7 @@ struct PlanHeader {
   static constexpr int kEntries = 4;    // union entries
   static constexpr int kTailBlock = 5;  // block of the tile's last position, or -1
   static constexpr int kTailKeys = 6;   // keys of that block any row sees
+  static constexpr int kSplit = 7;      // split tiles: the item's share of the union (0 otherwise)
 };
 
 // Map coordinate of dimension `dim` (1..3) for (head, page); the token axis starts at 0.

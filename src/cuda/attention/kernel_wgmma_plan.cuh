@@ -72,17 +72,21 @@ __device__ __forceinline__ void write_plan_header(std::int32_t* header, int requ
   header[PlanHeader::kTailKeys] = max_pos - tail_block * kBlockKeys + 1;
 }
 
-// Plans tile number `tile` (tile_of_cta) into plan buffer b: its header, token
-// positions and union list, and its query rows (converted to the MMA type)
-// in Q buffer b, where the union's scratch lives until the rows overwrite it.
-// kWorkers threads (w in [0, kWorkers), whole warps) run it, `sync` joins
-// them; the caller publishes the plan.
+// Plans item number `item` into plan buffer b: tile item / p.tile_splits
+// (tile_of_cta) or, when tiles split, its share item % p.tile_splits of the
+// union. Writes the header, token positions and union list, and the tile's
+// query rows (converted to the MMA type) in Q buffer b, where the union's
+// scratch lives until the rows overwrite it. kWorkers threads (w in
+// [0, kWorkers), whole warps) run it, `sync` joins them; the caller publishes
+// the plan.
 template <bool kF16, int kWorkers, class Sync>
-__device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t tile, unsigned char* smem, int b,
+__device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t item, unsigned char* smem, int b,
                                           int w, int lane, Sync sync) {
   using W = WgmmaTile;
   static_assert(kWorkers >= kTileMaxTokens, "a worker per tile token");
-  const TileWork t = tile_of_cta(p, tile, lane);
+  const int splits = p.tile_splits > 1 ? p.tile_splits : 1;
+  const int split = int(item % splits);
+  const TileWork t = tile_of_cta(p, item / splits, lane);
   unsigned char* plan = smem + W::kPlans + b * W::kPlanBytes;
   unsigned char* list = plan + W::kHeaderBytes;
   unsigned char* q = smem + W::kQ + b * W::kQBuf;
@@ -90,11 +94,12 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t ti
   auto* pos = reinterpret_cast<std::int32_t*>(list + TileList::kPos);
   if (w < t.count) pos[w] = token_position(t.first + w, t.seq, t.q0, t.q1);
   sync();
-  const int n = t.request >= 0 ? build_union_with<kWorkers>(p, t, q, list, w, sync) : 0;
+  const int n = t.request >= 0 ? build_union_with<kWorkers>(p, t, q, list, w, sync, split, splits) : 0;
   if (w == 0) {
     int max_pos = -1;
     for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
     write_plan_header(header, t.request, t.first, t.count, t.head, n, max_pos);
+    header[PlanHeader::kSplit] = split;
   }
   // The rows, over the union's scratch (every planner is past it: the builder ends with a sync).
   if (t.count > 0) stage_q_rows<kF16, kWorkers>(p, q, t.count, t.head, [&](int tok) { return t.first + tok; }, w);

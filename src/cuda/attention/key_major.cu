@@ -106,17 +106,19 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
   else return __uint_as_float(std::uint32_t(x) << 16);
 }
 
-// One warp per (token, query head): out = sum_k w_k o_k / sum_k w_k with
-// w_k = exp(lse_k - max lse), lse = max + log(sum w_k); 0 and -inf when no
-// slot has a partial. Each lane owns 4 of the 128 dims.
+// One warp per (token, query head) row in [first_row, end_row): out = sum_k
+// w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
+// 0 and -inf when no slot has a partial. Each lane owns 4 of the 128 dims.
+// Runs when gate is null or *gate != 0.
 //   partial_out: [rows, topk, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
 template <bool kF16>
 __global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk,
-                               std::int64_t rows, std::uint16_t* out, float* lse, const std::int64_t* gate) {
-  if (*gate == 0) return;
-  const std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+                               std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse,
+                               const std::int64_t* gate) {
+  if (gate != nullptr && *gate == 0) return;
+  const std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
+  if (row >= end_row) return;
   const float* l = partial_lse + row * topk;
   const float a = lane < topk ? l[lane] : -INFINITY, b = lane + 32 < topk ? l[lane + 32] : -INFINITY;
   float mx = fmaxf(a, b);
@@ -186,19 +188,34 @@ void prepare_key_major(const KeyMajorBuffers& km, const StepView& step, const At
   MSA_CUDA_CHECK_LAUNCH();
 }
 
-void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream) {
-  const std::int64_t rows = std::int64_t(p.num_tokens) * p.num_q_heads;
-  if (rows == 0) return;
-  const auto grid = dim3(unsigned(blocks_for(rows * 32)));
-  const auto* po = static_cast<const std::uint16_t*>(km.partial_out());
+namespace {
+
+// merge_partials over rows [first_row, end_row) of out / lse.
+void merge_rows(const void* partial_out, const float* partial_lse, int slots, std::int64_t first_row,
+                std::int64_t end_row, const AttendParams& p, const std::int64_t* gate, cudaStream_t stream) {
+  if (end_row <= first_row) return;
+  const auto grid = dim3(unsigned(blocks_for((end_row - first_row) * 32)));
+  const auto* po = static_cast<const std::uint16_t*>(partial_out);
   auto* out = static_cast<std::uint16_t*>(p.out);
   if (p.out_fp16)
-    merge_partials<true><<<grid, kPrepThreads, 0, stream>>>(po, km.partial_lse(), p.topk_count, rows, out, p.lse,
-                                                        km.key_major_gate());
+    merge_partials<true><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, first_row, end_row, out, p.lse,
+                                                        gate);
   else
-    merge_partials<false><<<grid, kPrepThreads, 0, stream>>>(po, km.partial_lse(), p.topk_count, rows, out, p.lse,
-                                                         km.key_major_gate());
+    merge_partials<false><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, first_row, end_row, out, p.lse,
+                                                         gate);
   MSA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream) {
+  merge_rows(km.partial_out(), km.partial_lse(), p.topk_count, 0, std::int64_t(p.num_tokens) * p.num_q_heads, p,
+             km.key_major_gate(), stream);
+}
+
+void combine_tile_splits(const AttendParams& p, cudaStream_t stream) {
+  merge_rows(p.tile_partial_out, p.tile_partial_lse, p.tile_splits, std::int64_t(p.num_decode_tokens) * p.num_q_heads,
+             std::int64_t(p.num_tokens) * p.num_q_heads, p, nullptr, stream);
 }
 
 }  // namespace msa::cuda::attention

@@ -43,6 +43,9 @@ void prepare_key_major(const KeyMajorBuffers& km, const StepView& step, const At
 // Merges each (token, query head)'s partials into p.out / p.lse, if the
 // device chose key-major.
 void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream);
+// Merges the split tiles' partials (p.tile_partial_out / lse, p.tile_splits
+// slots per row) of the prefill rows into p.out / p.lse.
+void combine_tile_splits(const AttendParams& p, cudaStream_t stream);
 
 // The key-major kernel over the work items (instance_key_major.cu).
 template <bool kF16>

@@ -91,6 +91,12 @@ struct AttendParams {
   // wgmma tile launches of a step that may run key-major: the launch runs
   // min(tile_count, *tile_gate) tiles (the device's choice, key_major.cu); null: tile_count.
   const std::int64_t* tile_gate = nullptr;
+  // Split token tiles (tile_splits > 1): tile_count counts work items, item n
+  // is split n % tile_splits of tile n / tile_splits, and the rows go to the
+  // partials (heuristics.hpp, TileSplitLayout).
+  int tile_splits = 1;
+  void* tile_partial_out = nullptr;  // [num_tokens, num_q_heads, tile_splits, 128] out dtype
+  float* tile_partial_lse = nullptr;  // [num_tokens, num_q_heads, tile_splits]
   // ---- key-major launch (tile = work item; heuristics.hpp, KeyMajorLayout) ----
   const KeyMajorItem* km_items = nullptr;   // [tile_count]
   const std::int32_t* km_tokens = nullptr;  // [edges] the k2q plan's tokens

@@ -42,6 +42,8 @@ void check_shape(const AttentionShape& s) {
             " is not query_major (0), key_major (1) or automatic (2)");
   MSA_CHECK(s.decode_splits >= 0 && s.decode_splits <= kMaxSplits, "attention shape: decode_splits = ",
             s.decode_splits, " is not in [0, ", kMaxSplits, "] (0: the plan chooses)");
+  MSA_CHECK(s.tile_splits >= 0 && s.tile_splits <= kMaxTileSplits, "attention shape: tile_splits = ",
+            s.tile_splits, " is not in [0, ", kMaxTileSplits, "] (0: the plan chooses)");
   MSA_CHECK(is_half(s.kv_dtype) || is_fp8(s.kv_dtype) || s.kv_dtype == DType::nvfp4,
             "attention shape: kv_dtype = ", dtype_name(s.kv_dtype),
             " but the KV cache is bf16, fp16, fp8_e4m3, fp8_e5m2 or nvfp4");
@@ -94,12 +96,28 @@ std::int64_t key_major_rows(const BatchMetadata& meta, const AttentionShape& sha
   return rows;
 }
 
-// Bytes of the whole workspace: the split partials, then the key-major data.
+// Ways the step's prefill token tiles split (heuristics.hpp,
+// choose_tile_splits): only tiles of the persistent wgmma kernel (bf16 / fp16
+// caches) of a step that cannot run key-major; shape.tile_splits forces it.
+int step_tile_splits(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
+                     std::int64_t km_rows) {
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const int tokens = tile_tokens(group, shape.topk);
+  const std::int64_t prefill = std::int64_t(meta.num_tokens) - meta.num_decode_tokens;
+  if (prefill <= 0 || km_rows > 0 || !is_half(shape.kv_dtype) || !use_token_tiles(group, shape.topk, splits.prefill) ||
+      !use_wgmma_tiles(true, group, tokens))
+    return 1;
+  if (shape.tile_splits > 0) return shape.tile_splits;
+  return choose_tile_splits(tile_ctas(prefill, meta.num_requests, tokens, shape.num_kv_heads), device_sm_count());
+}
+
+// Bytes of the whole workspace: the split partials, then the key-major data or
+// the split tiles' partials.
 std::size_t workspace_end(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
-                          std::int64_t km_rows) {
+                          std::int64_t km_rows, int tile_splits) {
   const std::size_t split_bytes =
       workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, splits).bytes;
-  if (km_rows <= 0) return split_bytes;
+  if (km_rows <= 0) return tile_split_layout(split_bytes, meta.num_tokens, shape.num_q_heads, tile_splits).end;
   const int group = shape.num_q_heads / shape.num_kv_heads;
   const std::size_t k2q = k2q_workspace_bytes(meta.num_tokens, meta.num_requests, shape.num_kv_heads, shape.topk, km_rows);
   return key_major_layout(split_bytes, meta.num_tokens, shape.num_q_heads, shape.num_kv_heads, shape.topk, km_rows,
@@ -114,7 +132,9 @@ std::size_t attention_workspace_bytes(const BatchMetadata& meta, const Attention
   attention::check_shape(shape);
   attention::check_meta(meta);
   const attention::Splits splits = attention::step_splits(meta, shape);
-  return attention::workspace_end(meta, shape, splits, attention::key_major_rows(meta, shape));
+  const std::int64_t km_rows = attention::key_major_rows(meta, shape);
+  return attention::workspace_end(meta, shape, splits, km_rows,
+                                  attention::step_tile_splits(meta, shape, splits, km_rows));
 }
 
 AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
@@ -129,10 +149,11 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
             " but the plan needs ", layout.bytes, " (", layout.partial_tokens, " tokens x ",
             shape.num_q_heads, " heads x ", layout.max_splits, " splits of fp32 partials)");
   const std::int64_t km_rows = attention::key_major_rows(meta, shape);
-  const std::size_t needed = attention::workspace_end(meta, shape, splits, km_rows);
+  const int tile_splits = attention::step_tile_splits(meta, shape, splits, km_rows);
+  const std::size_t needed = attention::workspace_end(meta, shape, splits, km_rows, tile_splits);
   MSA_CHECK(workspace_bytes >= needed, "attention plan: workspace_bytes = ", workspace_bytes, " but the plan needs ",
-            needed, " (the key-major plan, work items and partials of a ", meta.num_tokens,
-            "-token prefill step: see attention_workspace_bytes)");
+            needed, " (the key-major plan, work items and partials, or the split tiles' partials, of a ",
+            meta.num_tokens, "-token prefill step: see attention_workspace_bytes)");
   MSA_CHECK(needed == 0 || workspace != nullptr, "attention plan: workspace is null but ", needed,
             " bytes are needed");
   MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % 16 == 0,
@@ -147,6 +168,14 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
   plan.workspace = workspace;
   plan.workspace_bytes = workspace_bytes;
   plan.key_major_rows = km_rows;
+  plan.tile_splits = tile_splits;
+  if (tile_splits > 1) {
+    const attention::TileSplitLayout t =
+        attention::tile_split_layout(layout.bytes, meta.num_tokens, shape.num_q_heads, tile_splits);
+    auto* base = static_cast<unsigned char*>(workspace);
+    plan.tile_partial_out = base + t.out_offset;
+    plan.tile_partial_lse = reinterpret_cast<float*>(base + t.lse_offset);
+  }
   if (layout.bytes > 0) {
     auto* base = static_cast<unsigned char*>(workspace);
     plan.partial_out = reinterpret_cast<float*>(base + layout.out_offset);

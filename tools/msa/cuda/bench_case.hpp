@@ -22,6 +22,7 @@ struct BenchSettings {
   double memory_budget = 40e9;  // device bytes for the rotated copies of one case
   cuda::PrefillOrder prefill_order = cuda::PrefillOrder::query_major;  // of the attention plans
   std::int32_t decode_splits = 0;                                      // AttentionShape::decode_splits
+  std::int32_t tile_splits = 0;                                        // AttentionShape::tile_splits
 };
 
 struct BenchResult {

@@ -38,6 +38,7 @@ struct BenchOptions {
   int ceiling_replays = 20;
   std::string prefill = "query-major";  // --prefill: msa::cuda::PrefillOrder of the prefill steps
   int decode_splits = 0;                // --decode-splits: AttentionShape::decode_splits (0: the plan's)
+  int tile_splits = 0;                  // --tile-splits: AttentionShape::tile_splits (0: the plan's)
   std::string json;
 };
 
@@ -133,6 +134,7 @@ int run_bench(const BenchOptions& o) {
                     : o.prefill == "auto"    ? cuda::PrefillOrder::automatic
                                              : cuda::PrefillOrder::query_major;
   s.decode_splits = o.decode_splits;
+  s.tile_splits = o.tile_splits;
   s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
   s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
 
@@ -212,6 +214,7 @@ int run_bench(const BenchOptions& o) {
           {"seed", o.seed},
           {"prefill", o.prefill},
           {"decode_splits", o.decode_splits},
+          {"tile_splits", o.tile_splits},
           {"set", set},
           {"quick", set == "quick"},
           {"filters", o.filters},
@@ -270,6 +273,10 @@ Command register_bench(CLI::App& app) {
                   "split-K factor of decode / verify rows (msa::cuda::AttentionShape::decode_splits); 0: the plan's")
       ->capture_default_str()
       ->check(CLI::Range(0, 16));
+  sub->add_option("--tile-splits", o->tile_splits,
+                  "ways each prefill token tile is split (msa::cuda::AttentionShape::tile_splits); 0: the plan's")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4));
   sub->add_option("--json", o->json, "also write everything as JSON to FILE");
   return Command{sub, [o] { return run_bench(*o); }};
 }
