@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cuda/attention/fp4_fragments.hpp"
+#include "warp_mma_emulation.hpp"
 #include "msa/numeric.hpp"
 
 namespace {
@@ -105,33 +106,10 @@ Regs ldmatrix_x4(const std::vector<std::uint8_t>& plane, const std::array<int, 3
   return out;
 }
 
-// One mma.m16n8k16 over the warp: a[lane] = {a0..a7}, b[lane] = {b0..b3}
-// (b0 low, b0 high, b1 low, b1 high), c[lane] = {c0..c3} (PTX fragment
-// layouts; g = lane / 4, t = lane % 4).
-using AFrag = std::array<std::array<double, 8>, 32>;
-using BFrag = std::array<std::array<double, 4>, 32>;
-using CFrag = std::array<std::array<double, 4>, 32>;
-void mma(CFrag& c, const AFrag& a, const BFrag& b) {
-  double A[16][16] = {}, B[16][8] = {};
-  for (std::size_t l = 0; l < 32; ++l) {
-    const std::size_t g = l / 4, t = l % 4;
-    for (std::size_t e = 0; e < 2; ++e) {
-      A[g][2 * t + e] = a[l][e];
-      A[g + 8][2 * t + e] = a[l][2 + e];
-      A[g][2 * t + 8 + e] = a[l][4 + e];
-      A[g + 8][2 * t + 8 + e] = a[l][6 + e];
-      B[2 * t + e][g] = b[l][e];
-      B[2 * t + 8 + e][g] = b[l][2 + e];
-    }
-  }
-  for (std::size_t l = 0; l < 32; ++l) {
-    const std::size_t g = l / 4, t = l % 4;
-    for (std::size_t e = 0; e < 4; ++e) {
-      const std::size_t row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
-      for (std::size_t k = 0; k < 16; ++k) c[l][e] += A[row][k] * B[k][col];
-    }
-  }
-}
+using AFrag = msa::test::AFragment<double>;
+using BFrag = msa::test::BFragment<double>;
+using CFrag = msa::test::CFragment<double>;
+void mma(CFrag& c, const AFrag& a, const BFrag& b) { msa::test::warp_mma(c, a, b); }
 
 // A random e2m1 code, never negative zero (8).
 int random_code(std::mt19937& rng) {

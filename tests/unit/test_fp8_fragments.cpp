@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/attention/fp8_fragments.hpp"
+#include "warp_mma_emulation.hpp"
 
 namespace {
 
@@ -54,32 +55,10 @@ std::array<std::uint8_t, 4> prmt(const std::array<std::uint8_t, 4>& x, unsigned 
   return r;
 }
 
-// One mma.m16n8k16 over the warp: a[lane] = {a0..a7}, b[lane] = {b0..b3},
-// c[lane] = {c0..c3} (PTX fragment layouts; g = lane / 4, t = lane % 4).
-using AFrag = std::array<std::array<long, 8>, 32>;
-using BFrag = std::array<std::array<long, 4>, 32>;
-using CFrag = std::array<std::array<long, 4>, 32>;
-void mma(CFrag& c, const AFrag& a, const BFrag& b) {
-  long A[16][16] = {}, B[16][8] = {};
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, t = l % 4;
-    for (int e = 0; e < 2; ++e) {
-      A[g][2 * t + e] = a[l][e];
-      A[g + 8][2 * t + e] = a[l][2 + e];
-      A[g][2 * t + 8 + e] = a[l][4 + e];
-      A[g + 8][2 * t + 8 + e] = a[l][6 + e];
-      B[2 * t + e][g] = b[l][e];
-      B[2 * t + 8 + e][g] = b[l][2 + e];
-    }
-  }
-  for (int l = 0; l < 32; ++l) {
-    const int g = l / 4, t = l % 4;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
-      for (int k = 0; k < 16; ++k) c[l][e] += A[row][k] * B[k][col];
-    }
-  }
-}
+using AFrag = msa::test::AFragment<long>;
+using BFrag = msa::test::BFragment<long>;
+using CFrag = msa::test::CFragment<long>;
+void mma(CFrag& c, const AFrag& a, const BFrag& b) { msa::test::warp_mma(c, a, b); }
 
 TEST(Fp8Fragments, QueryPermutationIsAPermutation) {
   std::array<int, 8> seen{};

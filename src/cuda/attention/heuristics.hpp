@@ -253,14 +253,15 @@ inline std::int64_t key_major_max_items(std::int64_t edges, std::int64_t rows, i
 }
 
 // Split-K factor of decode rows on converted caches (fp8, nvfp4), whose row
-// kernel widens every block to the MMA type in shared memory before computing
-// on it, so that a block costs about twice a bf16 one and the CTA count matters
-// more than the merge: the most splits that keep `rows` x splits CTAs within
-// one wave, at most kMaxClusterSplits and `topk`, and beyond 4 only when the
-// clusters fit at once. Measured on the H200 (bench/RESULTS.md, fifth session,
-// 16/1 fp8_e4m3): batch 1 17.3 us at 8 splits against 22.1 at choose_splits'
-// 16, batch 8 18.4 against 22.9, batch 32 25.2 at 4 against 29.2 at 3, batch 64
-// and 128 unchanged (2 and 1).
+// kernel converts every block's codes before its math, so that a block costs
+// more than a bf16 one and the CTA count matters more than the merge: the most
+// splits that keep `rows` x splits CTAs within one wave (ctas_per_sm per SM),
+// at most kMaxClusterSplits and `topk`, and beyond 4 only when the clusters fit
+// at once. Measured on the H200 (bench/RESULTS.md, fifth session, 16/1
+// fp8_e4m3, when the row kernel still widened blocks in shared memory): batch 1
+// 17.3 us at 8 splits against 22.1 at choose_splits' 16, batch 8 18.4 against
+// 22.9, batch 32 25.2 at 4 against 29.2 at 3, batch 64 and 128 unchanged (2
+// and 1).
 inline int choose_converted_splits(std::int64_t rows, int topk, int num_sms, const ClusterCapacity& capacity = {},
                                    int ctas_per_sm = kCtasPerSm) {
   if (rows <= 0 || topk <= 1 || num_sms <= 0) return 1;

@@ -99,6 +99,17 @@ __device__ __forceinline__ void scores_to_probs(WarpState& st, float (&s)[kKeyTi
   }
 }
 
+// The probabilities of k-step kk (keys 16 kk .. 16 kk + 15 of the score
+// tiles, n-tiles 2 kk and 2 kk + 1) as the PV MMA's A fragment, straight from
+// the accumulator layout.
+template <bool kF16, int kKeyTiles>
+__device__ __forceinline__ void probs_to_a(const float (&s)[kKeyTiles][4], int kk, std::uint32_t (&a)[4]) {
+  a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
+  a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
+  a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+  a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
 // Keys [key_base, key_base + 8 * kKeyTiles) of one staged block against the
 // warp's 16 query rows: scores, masking, online softmax, PV. Row r0 = lane / 4
 // sees the keys < limit[0] of the block, row r0 + 8 those < limit[1] (0: none).
@@ -135,10 +146,7 @@ __device__ __forceinline__ void attend_keys(WarpState& st, const std::uint32_t (
 #pragma unroll
   for (int kk = 0; kk < kKeyTiles / 2; ++kk) {
     std::uint32_t a[4];
-    a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    probs_to_a<kF16>(s, kk, a);
     const int key = key_base + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int dp = 0; dp < 8; ++dp) {
@@ -183,11 +191,7 @@ __device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint3
                                                  std::uint32_t raw_v, int warp, int lane, float scale_log2,
                                                  int valid_keys, const float* k_scales, const float* v_scales) {
   const int key_base = warp * 32;
-  float s[4][4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+  float s[4][4] = {};
 
   // S = Q K^T: k-step pairs (2 jp, 2 jp + 1) x n-tile pairs (2 np, 2 np + 1).
 #pragma unroll
@@ -213,10 +217,7 @@ __device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint3
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     std::uint32_t a[4];
-    a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    probs_to_a<kF16>(s, kk, a);
 #pragma unroll
     for (int jp = 0; jp < 4; ++jp) {
       int key = 0, chunk = 0;
@@ -256,11 +257,7 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
                                                  float scale_log2, int valid_keys) {
   const int key_base = warp * 32;
   const int q = lane & 3;
-  float s[4][4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+  float s[4][4] = {};
 
   // S = Q K^T: per n-tile, chunk m feeds k-steps 2m and 2m + 1.
 #pragma unroll
@@ -293,10 +290,7 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     std::uint32_t a[4];
-    a[0] = pack2<kF16>(s[2 * kk][0], s[2 * kk][1]);
-    a[1] = pack2<kF16>(s[2 * kk][2], s[2 * kk][3]);
-    a[2] = pack2<kF16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-    a[3] = pack2<kF16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    probs_to_a<kF16>(s, kk, a);
     // Scale pairs (key 2q, key 2q + 1) for b0 and (8 + 2q, 9 + 2q) for b1, of
     // group 2 chunk + lane / 16: vsc[b][chunk].
     std::uint32_t vsc[2][4];

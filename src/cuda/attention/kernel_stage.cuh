@@ -1,6 +1,7 @@
-// Tile loads of the attention kernel: one selected block (128 keys of one KV
+// Tile loads of the attention kernels: one selected block (128 keys of one KV
 // head) from the paged cache into shared memory with 16-byte cp.async, and for
-// fp8 / nvfp4 caches the widening of the stored codes to the MMA type.
+// fp8 / nvfp4 caches the widening of the stored codes to the MMA type (the
+// mma.sync token-tile kernel; the row kernel converts in registers instead).
 //
 // Keys past the row's causal limit (valid_keys) are never read: their 16-byte
 // copies are zero-filled, and widening writes zeros for them, so NaN that may
