@@ -260,7 +260,7 @@ TEST(AttentionPlan, WgmmaTilesForWholeTokensPerWarpgroup) {
   att::wgmma_tiles_override = 0;
 }
 
-TEST(AttentionPlan, WgmmaCachesAreHalfAndPerTensorFp8) {
+TEST(AttentionPlan, WgmmaCachesAreHalfPerTensorFp8AndNvfp4) {
   namespace att = msa::cuda::attention;
   using msa::DType;
   using msa::ScaleMode;
@@ -269,7 +269,7 @@ TEST(AttentionPlan, WgmmaCachesAreHalfAndPerTensorFp8) {
   EXPECT_TRUE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_tensor));
   EXPECT_TRUE(att::wgmma_cache(DType::fp8_e5m2, ScaleMode::per_tensor));
   EXPECT_FALSE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_token_head));
-  EXPECT_FALSE(att::wgmma_cache(DType::nvfp4, ScaleMode::none));
+  EXPECT_TRUE(att::wgmma_cache(DType::nvfp4, ScaleMode::none));
 }
 
 TEST(AttentionPlan, TilePassKeysDefaultAndOverride) {

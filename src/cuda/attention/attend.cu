@@ -202,7 +202,7 @@ void prepare_kernels(const AttentionShape& shape) {
     constexpr bool kF16 = decltype(fp16)::value;
     prepare_attend<kKind, kF16>();
     prepare_attend_tiles<kKind, kF16>();
-    if constexpr (kKind != KvKind::nvfp4) prepare_attend_wgmma_tiles<kKind, kF16>();
+    prepare_attend_wgmma_tiles<kKind, kF16>();
     if constexpr (kKind == KvKind::half) prepare_attend_key_major<kF16>();
   });
 }
@@ -263,8 +263,9 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     p.tile_tokens = tokens_per_tile;
     p.tile_count = tiles_ctas;
     KvMaps maps;
+    // nvfp4 needs no tensor map: its producer bulk-copies the head-slot runs.
     if (use_wgmma_tiles(wgmma_cache(args.cache.dtype, args.cache.scale_mode), group, tokens_per_tile) &&
-        make_kv_maps(args.cache, maps)) {
+        (args.cache.dtype == DType::nvfp4 || make_kv_maps(args.cache, maps))) {
       // A step that may run key-major: the k2q plan and the device's choice
       // first; both kernels launch, the one not chosen exits at once.
       KeyMajorBuffers km;
@@ -292,7 +293,7 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
       }
       dispatch(args.cache.dtype, f16, "attend", [&](auto kind, auto fp16) {
         constexpr KvKind kKind = decltype(kind)::value;
-        if constexpr (kKind != KvKind::nvfp4) launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
+        launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
       });
       if (split_tiles) combine_tile_splits(p, s);
       if (key_major) {

@@ -148,17 +148,19 @@ inline std::int64_t tile_ctas(std::int64_t prefill_tokens, int num_requests, int
 }
 
 // Token tiles run on the wgmma kernel (kernel_wgmma_tile.cuh: two warpgroups
-// of 64 rows, TMA loads) for bf16 / fp16 caches and fp8 caches without
-// per-token scales (`wgmma_cache`), when a tile is exactly 128 rows and a
+// of 64 rows, TMA loads) for bf16 / fp16 caches, fp8 caches without
+// per-token scales and nvfp4 caches (`wgmma_cache`), when a tile is exactly 128 rows and a
 // warpgroup holds whole tokens (G in 2, 4, 8, 16 with few enough top-k
 // entries); otherwise, and when the cache layout has no TMA map, on the
 // mma.sync tile kernel. wgmma_tiles_override = 1 forces the mma.sync kernel
 // (tests run both).
 inline std::atomic<int> wgmma_tiles_override{0};
 // The caches the wgmma kernel reads: bf16 / fp16 as they are, fp8 widened in
-// the kernel when its scales are per tensor (not per token and head).
+// the kernel when its scales are per tensor (not per token and head), nvfp4
+// widened in the kernel.
 inline bool wgmma_cache(DType kv, ScaleMode scales) {
-  return kv == DType::bf16 || kv == DType::fp16 || (is_fp8(kv) && scales != ScaleMode::per_token_head);
+  return kv == DType::bf16 || kv == DType::fp16 || kv == DType::nvfp4 ||
+         (is_fp8(kv) && scales != ScaleMode::per_token_head);
 }
 inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
   return wgmma_cache && wgmma_tiles_override.load(std::memory_order_relaxed) != 1 && group > 0 && 64 % group == 0 &&

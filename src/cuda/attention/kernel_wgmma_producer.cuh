@@ -1,11 +1,12 @@
 // The producer side of the wgmma token-tile kernel: K / V tiles of a tile's
 // union blocks into the two-slot rings, by TMA straight into the slots
-// (bf16 / fp16, one warp) or as raw fp8 codes widened in place by the whole
-// producer warpgroup; the tail block's unwritten V rows are zeroed.
+// (bf16 / fp16, one warp) or as raw fp8 / nvfp4 codes widened in place by the
+// whole producer warpgroup; the tail block's unwritten V rows are zeroed.
 #pragma once
 
 #include <cstdint>
 
+#include "cuda/attention/fp4_fragments.hpp"
 #include "cuda/attention/kernel.cuh"
 #include "cuda/attention/kernel_wgmma_layout.cuh"
 #include "cuda/attention/wgmma.cuh"
@@ -134,6 +135,89 @@ __device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileE
     sm90::mbar_wait(bar.raw_v(s), parity);
     widen_row<kKind, kF16>(smem + W::kV + s * W::kPlaneBytes, ptid,
                            entries.block[i] == tail_block && ptid >= tail_keys);
+    sm90::fence_proxy_async();
+    sm90::named_barrier_sync(W::kWidenBar, 128);
+    if (ptid == 0) {
+      sm90::mbar_arrive(bar.full_v(s));
+      if (i + 1 < n) issue(1, i + 1);
+    }
+  }
+}
+
+// Widens row r of an nvfp4 K or V slot in place: the raw slot (MSA_CONTRACT
+// 4.3: [128][64] code bytes, then [128][8] e4m3 group scales) sits at the top
+// of the plane (kRawFp4Offset), where the bulk copy put it; the row's 64 code
+// bytes and 8 scales go to registers, every thread of the warpgroup passes
+// the widen barrier (the widened rows overwrite raw ones of other rows), then
+// the row is written as the MMA type in the swizzled layout, dims 0-63 into
+// the lower half and 64-127 into the upper. zero: a zero row. The products
+// e2m1 x e4m3 are exact in bf16 and fp16; the global scale is applied outside.
+inline constexpr int kRawFp4Offset = WgmmaTile::kPlaneBytes - kNvfp4SlotBytes;
+template <bool kF16>
+__device__ __forceinline__ void widen_row_fp4(unsigned char* slot, int r, bool zero) {
+  const unsigned char* raw = slot + kRawFp4Offset;
+  uint4 codes[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    codes[j] = zero ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4*>(raw + 64 * r + 16 * j);
+  const uint2 sc8 = zero ? make_uint2(0, 0) : *reinterpret_cast<const uint2*>(raw + fp4f::kScaleOffset + 8 * r);
+  sm90::named_barrier_sync(WgmmaTile::kWidenBar, 128);  // every raw row is in registers
+#pragma unroll
+  for (int g2 = 0; g2 < 4; ++g2) {  // scale groups 2 g2, 2 g2 + 1 (dims 32 g2 .. 32 g2 + 31)
+    const std::uint32_t two = g2 < 2 ? sc8.x >> (16 * g2) : sc8.y >> (16 * (g2 - 2));
+    const std::uint32_t pair = f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(two & 0xffffu)));
+    const std::uint32_t scale[2] = {fp4f::prmt(pair, 0u, 0x1010u), fp4f::prmt(pair, 0u, 0x3232u)};
+    const uint4 in = codes[g2];
+    const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {  // dims 32 g2 + 8 k .. + 7: output chunk c of half h
+      std::uint32_t b[4];
+      fp4f::e2m1x8_to_pairs<kF16>(words[k], b);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) b[e] = mul2<kF16>(b[e], scale[k >> 1]);
+      const int chunk = 4 * g2 + k, h = chunk >> 3, c = chunk & 7;
+      *reinterpret_cast<uint4*>(slot + h * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) =
+          make_uint4(b[0], b[1], b[2], b[3]);
+    }
+  }
+}
+
+// nvfp4 producer (the whole warpgroup, ptid 0..127), one tile after g0
+// blocks, as widen_fp8_blocks: its thread 0 bulk-copies the raw K and V slots
+// of each block (one contiguous 9 KiB run each) to the top of their planes,
+// every thread widens one K row and one V row per block.
+//   p: the cache (k_base, page_stride) of the launch
+template <bool kF16>
+__device__ __forceinline__ void widen_fp4_blocks(const AttendParams& p, const TileEntries& entries, int n, int head,
+                                                 int tail_block, int tail_keys, unsigned char* smem,
+                                                 const WgmmaBars& bar, int ptid, int g0) {
+  using W = WgmmaTile;
+  auto issue = [&](int plane, int i) {  // thread 0 only
+    const int g = g0 + i, s = ring_slot(g);
+    const std::uint32_t raw_bar = plane ? bar.raw_v(s) : bar.raw_k(s);
+    if (g >= W::kSlots) sm90::mbar_wait(plane ? bar.empty_v(s) : bar.empty_k(s), ring_parity(g) ^ 1u);
+    const unsigned char* src =
+        p.k_base + std::int64_t(entries.page[i]) * p.page_stride + std::int64_t(2 * head + plane) * kNvfp4SlotBytes;
+    sm90::mbar_arrive_expect_tx(raw_bar, kNvfp4SlotBytes);
+    sm90::bulk_load(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + kRawFp4Offset), src,
+                    kNvfp4SlotBytes, raw_bar);
+  };
+  if (ptid == 0 && n > 0) {
+    issue(0, 0);
+    issue(1, 0);
+  }
+  for (int i = 0; i < n; ++i) {
+    const int g = g0 + i, s = ring_slot(g);
+    const std::uint32_t parity = ring_parity(g);
+    if (ptid == 0 && i + 1 < n) issue(0, i + 1);
+    sm90::mbar_wait(bar.raw_k(s), parity);
+    widen_row_fp4<kF16>(smem + W::kK + s * W::kPlaneBytes, ptid, false);
+    sm90::fence_proxy_async();
+    sm90::named_barrier_sync(W::kWidenBar, 128);
+    if (ptid == 0) sm90::mbar_arrive(bar.full_k(s));
+    sm90::mbar_wait(bar.raw_v(s), parity);
+    widen_row_fp4<kF16>(smem + W::kV + s * W::kPlaneBytes, ptid,
+                        entries.block[i] == tail_block && ptid >= tail_keys);
     sm90::fence_proxy_async();
     sm90::named_barrier_sync(W::kWidenBar, 128);
     if (ptid == 0) {

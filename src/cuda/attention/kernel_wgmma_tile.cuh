@@ -1,11 +1,11 @@
-// The wgmma token-tile attention kernel (prefill rows, bf16 / fp16 / fp8 KV
+// The wgmma token-tile attention kernel (prefill rows, bf16 / fp16 / fp8 / nvfp4 KV
 // caches, sm_90a): the token tiles of kernel_tile.cuh (T consecutive prefill
 // tokens of one request and one KV head, T x G = 128 query rows token-major,
 // the sorted union of their selected blocks with the mask of the tokens that
 // chose each) on Hopper's asynchronous units.
 //
 //  - The CTA is persistent for bf16 / fp16 caches (one per SM, tiles
-//    blockIdx.x, blockIdx.x + gridDim.x, ...) and takes one tile for fp8.
+//    blockIdx.x, blockIdx.x + gridDim.x, ...) and takes one tile for fp8 / nvfp4.
 //  - The whole CTA plans its first tile (plan_tile: the tile lookup, the union
 //    list, the query rows); then three warps of the producer warpgroup plan
 //    tile j + 1 while tile j runs, into the other of two plan buffers, so that
@@ -15,8 +15,9 @@
 //    two 128-byte-swizzled TMA boxes of 64 dims, kv_maps.hpp). Every slot has
 //    a "full" mbarrier (the TMA's transaction count) and an "empty" one (one
 //    arrival per consumer warp once its wgmma reads of the slot are done).
-//    Slots and phases run on over the CTA's tiles. fp8: the whole producer
-//    warpgroup widens each raw tile in place (widen_fp8_blocks).
+//    Slots and phases run on over the CTA's tiles. fp8 / nvfp4: the whole
+//    producer warpgroup widens each raw tile in place (widen_fp8_blocks,
+//    widen_fp4_blocks; nvfp4 loads its head-slot runs by bulk copy).
 //  - Two consumer warpgroups own 64 rows each. Iteration i issues S(i) =
 //    Q K(i)^T (Q and K from shared memory) and O += P(i-1) V(i-1) (P from
 //    registers, V an MN-major operand), then masks S(i) to each row's own
@@ -119,6 +120,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const int tail_block = header[PlanHeader::kTailBlock], tail_keys = header[PlanHeader::kTailKeys];
       if constexpr (kKind == KvKind::half)
         load_half_blocks(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails);
+      else if constexpr (kKind == KvKind::nvfp4)
+        widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       else
         widen_fp8_blocks<kKind, kF16>(maps, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       g0 += n;
@@ -156,7 +159,8 @@ void prepare_attend_wgmma_tiles() {
 
 // Launches the wgmma token-tile kernel over p.tile_count tile numbers
 // (heuristics.hpp, tile_ctas; p.tile_tokens x p.group = 128): one CTA per SM
-// looping over them for bf16 / fp16 caches, one CTA per tile for fp8.
+// looping over them for bf16 / fp16 caches, one CTA per tile for fp8 / nvfp4
+// (whose maps are unused: the producer bulk-copies the head-slot runs).
 template <KvKind kKind, bool kF16>
 void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaStream_t stream) {
   prepare_attend_wgmma_tiles<kKind, kF16>();

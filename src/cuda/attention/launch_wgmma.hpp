@@ -1,6 +1,6 @@
 // Launcher of the wgmma token-tile kernel (kernel_wgmma_tile.cuh), instanced in
 // instance_wgmma_tiles_*.cu for bf16 / fp16 caches (KvKind::half, the cache's
-// own MMA type) and fp8 caches (e4m3 / e5m2 widened to bf16, or fp16 when kF16).
+// own MMA type) and fp8 / nvfp4 caches (widened to bf16, or fp16 when kF16).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,6 +28,8 @@ MSA_WGMMA_TILES_EXTERN(KvKind::e4m3, false)
 MSA_WGMMA_TILES_EXTERN(KvKind::e4m3, true)
 MSA_WGMMA_TILES_EXTERN(KvKind::e5m2, false)
 MSA_WGMMA_TILES_EXTERN(KvKind::e5m2, true)
+MSA_WGMMA_TILES_EXTERN(KvKind::nvfp4, false)
+MSA_WGMMA_TILES_EXTERN(KvKind::nvfp4, true)
 #undef MSA_WGMMA_TILES_EXTERN
 
 }  // namespace msa::cuda::attention

@@ -143,6 +143,15 @@ __device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* map, 
       : "memory");
 }
 
+// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
+// src to shared dst; completes `bytes` of the mbarrier's transaction count.
+__device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes,
+                                          std::uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<std::uint64_t>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 // Orders this thread's generic-proxy shared-memory writes before later
 // async-proxy reads (wgmma operands).
 __device__ __forceinline__ void fence_proxy_async() {
