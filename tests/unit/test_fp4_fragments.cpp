@@ -150,18 +150,7 @@ void check_warp_products(std::uint32_t seed) {
             qp[std::size_t(r * kDim + 16 * (2 * c + h) + 2 * m + e)] =
                 q[std::size_t(r * kDim + 32 * c + 2 * f::q_source_word(h, m) + e)];
   auto a_query = [&](int ks) {
-    AFrag a{};
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, t = l % 4;
-      for (int e = 0; e < 2; ++e) {
-        auto& al = a[std::size_t(l)];
-        al[std::size_t(e)] = qp[std::size_t(g * kDim + 16 * ks + 2 * t + e)];
-        al[std::size_t(2 + e)] = qp[std::size_t((g + 8) * kDim + 16 * ks + 2 * t + e)];
-        al[std::size_t(4 + e)] = qp[std::size_t(g * kDim + 16 * ks + 8 + 2 * t + e)];
-        al[std::size_t(6 + e)] = qp[std::size_t((g + 8) * kDim + 16 * ks + 8 + 2 * t + e)];
-      }
-    }
-    return a;
+    return msa::test::a_fragment<double>([&](int row, int d) { return qp[std::size_t(row * kDim + d)]; }, 16 * ks);
   };
 
   int inexact = 0;  // scaled 16-bit products that the MMA type could not hold
@@ -216,19 +205,8 @@ void check_warp_products(std::uint32_t seed) {
     // ---- O = P V: the probabilities in the score accumulators' layout, 2 k-steps, 16 n-tiles.
     CFrag o[16] = {};
     for (int kk = 0; kk < 2; ++kk) {
-      AFrag a{};
-      for (int l = 0; l < 32; ++l) {
-        const int g = l / 4, t = l % 4;
-        auto pv = [&](int row, int key) { return double(p[std::size_t(row * kKeys + key)]); };
-        const int k0 = key_base + 16 * kk + 2 * t;  // s[2kk] columns; s[2kk + 1] is 8 keys on
-        auto& al = a[std::size_t(l)];
-        for (int e = 0; e < 2; ++e) {
-          al[std::size_t(e)] = pv(g, k0 + e);
-          al[std::size_t(2 + e)] = pv(g + 8, k0 + e);
-          al[std::size_t(4 + e)] = pv(g, k0 + 8 + e);
-          al[std::size_t(6 + e)] = pv(g + 8, k0 + 8 + e);
-        }
-      }
+      const AFrag a = msa::test::a_fragment<double>(
+          [&](int row, int key) { return double(p[std::size_t(row * kKeys + key)]); }, key_base + 16 * kk);
       for (int cp = 0; cp < 2; ++cp) {
         std::array<int, 32> rows{};
         for (int l = 0; l < 32; ++l) {

@@ -104,18 +104,11 @@ TEST(Fp8Fragments, WarpProductsAreExact) {
         const Regs r = ldmatrix_x4(kplane, rows, false);
         for (int m = 0; m < 4; ++m) {
           const int nt = 2 * np + (m >> 1), ks = 2 * jp + (m & 1);
-          AFrag a{};
+          const AFrag a =
+              msa::test::a_fragment<long>([&](int row, int d) { return long(qp[std::size_t(row * kDim + d)]); }, 16 * ks);
           BFrag b{};
-          for (int l = 0; l < 32; ++l) {
-            const int g = l / 4, t = l % 4;
-            for (int e = 0; e < 2; ++e) {
-              a[l][e] = qp[std::size_t(g * kDim + 16 * ks + 2 * t + e)];
-              a[l][2 + e] = qp[std::size_t((g + 8) * kDim + 16 * ks + 2 * t + e)];
-              a[l][4 + e] = qp[std::size_t(g * kDim + 16 * ks + 8 + 2 * t + e)];
-              a[l][6 + e] = qp[std::size_t((g + 8) * kDim + 16 * ks + 8 + 2 * t + e)];
-            }
+          for (int l = 0; l < 32; ++l)
             for (int e = 0; e < 4; ++e) b[l][e] = decode(r[l][m][e]);  // b0 = bytes 0,1; b1 = bytes 2,3
-          }
           mma(s[nt], a, b);
         }
       }
@@ -131,18 +124,8 @@ TEST(Fp8Fragments, WarpProductsAreExact) {
     // ---- O = P V: the probabilities in the score accumulators' layout, 2 k-steps, 16 n-tiles.
     CFrag o[16] = {};
     for (int kk = 0; kk < 2; ++kk) {
-      AFrag a{};
-      for (int l = 0; l < 32; ++l) {
-        const int g = l / 4, t = l % 4;
-        auto pv = [&](int row, int key) { return long(p[std::size_t(row * kKeys + key)]); };
-        const int k0 = key_base + 16 * kk + 2 * t;  // s[2kk] columns; s[2kk + 1] is 8 keys on
-        for (int e = 0; e < 2; ++e) {
-          a[l][e] = pv(g, k0 + e);
-          a[l][2 + e] = pv(g + 8, k0 + e);
-          a[l][4 + e] = pv(g, k0 + 8 + e);
-          a[l][6 + e] = pv(g + 8, k0 + 8 + e);
-        }
-      }
+      const AFrag a = msa::test::a_fragment<long>(
+          [&](int row, int key) { return long(p[std::size_t(row * kKeys + key)]); }, key_base + 16 * kk);
       for (int jp = 0; jp < 4; ++jp) {
         std::array<int, 32> rows{};
         for (int l = 0; l < 32; ++l) {

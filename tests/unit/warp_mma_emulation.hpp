@@ -17,6 +17,22 @@ using BFragment = std::array<std::array<T, 4>, 32>;
 template <class T>
 using CFragment = std::array<std::array<T, 4>, 32>;
 
+// The A fragment of the 16 x 16 matrix at(row, k0 + k) (rows 0-15, k 0-15).
+template <class T, class At>
+AFragment<T> a_fragment(At at, int k0) {
+  AFragment<T> a{};
+  for (std::size_t l = 0; l < 32; ++l) {
+    const int g = int(l / 4), t = int(l % 4);
+    for (int e = 0; e < 2; ++e) {
+      a[l][std::size_t(e)] = at(g, k0 + 2 * t + e);
+      a[l][std::size_t(2 + e)] = at(g + 8, k0 + 2 * t + e);
+      a[l][std::size_t(4 + e)] = at(g, k0 + 8 + 2 * t + e);
+      a[l][std::size_t(6 + e)] = at(g + 8, k0 + 8 + 2 * t + e);
+    }
+  }
+  return a;
+}
+
 template <class T>
 void warp_mma(CFragment<T>& c, const AFragment<T>& a, const BFragment<T>& b) {
   T A[16][16] = {}, B[16][8] = {};

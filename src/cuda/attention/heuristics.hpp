@@ -23,7 +23,9 @@ inline constexpr int kMaxSplits = 16;
 inline constexpr int kCtasPerSm = 1;
 // ... except on fp8 and nvfp4 caches, whose row kernel reads three raw stages
 // (32 or 18 KiB) without a widened tile: two (kernel_smem.cuh, row_ctas_per_sm).
-inline int row_kernel_ctas_per_sm(DType kv) { return is_fp8(kv) || kv == DType::nvfp4 ? 2 : kCtasPerSm; }
+constexpr int row_kernel_ctas_per_sm(DType kv) {
+  return kv == DType::bf16 || kv == DType::fp16 ? kCtasPerSm : 2;
+}
 
 // Split rows whose factor is at most this merge inside a thread-block cluster
 // (the splits of a row are one cluster, partials exchanged through distributed

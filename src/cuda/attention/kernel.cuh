@@ -26,6 +26,15 @@
 
 namespace msa::cuda::attention {
 
+// The split heuristic (host, by cache dtype) counts the CTAs per SM that the
+// row kernel's layout and launch bounds (by kind) give.
+static_assert(row_kernel_ctas_per_sm(DType::bf16) == row_ctas_per_sm(KvKind::half) &&
+                  row_kernel_ctas_per_sm(DType::fp16) == row_ctas_per_sm(KvKind::half) &&
+                  row_kernel_ctas_per_sm(DType::fp8_e4m3) == row_ctas_per_sm(KvKind::e4m3) &&
+                  row_kernel_ctas_per_sm(DType::fp8_e5m2) == row_ctas_per_sm(KvKind::e5m2) &&
+                  row_kernel_ctas_per_sm(DType::nvfp4) == row_ctas_per_sm(KvKind::nvfp4),
+              "row kernel CTAs per SM: heuristics.hpp and kernel_smem.cuh disagree");
+
 // Converts 8 query elements (of any query kind) to the MMA type.
 //   q: [num_tokens, num_q_heads, 128]; elem: index of the first of the 8
 template <bool kF16>

@@ -236,12 +236,6 @@ __device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint3
   }
 }
 
-// Two e4m3 codes (low byte first) -> the MMA type, exact.
-template <bool kF16>
-__device__ __forceinline__ std::uint32_t e4m3x2_to_mma(std::uint32_t two_codes) {
-  return f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(two_codes & 0xffffu)));
-}
-
 // The row kernel's share of one block read as raw nvfp4 codes
 // (fp4_fragments.hpp): warp w takes keys [32w, 32w + 32) of the raw K / V
 // slots, converts the fragments in registers and multiplies them by their
@@ -269,7 +263,8 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
     // The scales of this lane's key (B column lane / 4), groups 2m + q / 2.
     const uint2 sc8 = *reinterpret_cast<const uint2*>(k_scales + (key_base + 8 * nt + (lane >> 2)) * 8);
     const std::uint32_t sb = fp4f::scale_bytes(sc8.x, sc8.y, q >> 1);
-    const std::uint32_t sc01 = e4m3x2_to_mma<kF16>(sb), sc23 = e4m3x2_to_mma<kF16>(sb >> 16);
+    const std::uint32_t sc01 = fp8x2_to_mma<KvKind::e4m3, kF16>(sb);
+    const std::uint32_t sc23 = fp8x2_to_mma<KvKind::e4m3, kF16>(sb >> 16);
     const std::uint32_t sc[4] = {fp4f::prmt(sc01, 0u, 0x1010u), fp4f::prmt(sc01, 0u, 0x3232u),
                                  fp4f::prmt(sc23, 0u, 0x1010u), fp4f::prmt(sc23, 0u, 0x3232u)};
 #pragma unroll
@@ -302,10 +297,10 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
       const std::uint32_t a0 = fp4f::scale_bytes(s0.x, s0.y, lane >> 4);
       const std::uint32_t a1 = fp4f::scale_bytes(s1.x, s1.y, lane >> 4);
       const std::uint32_t lo = fp4f::prmt(a0, a1, 0x5140u), hi = fp4f::prmt(a0, a1, 0x7362u);
-      vsc[b][0] = e4m3x2_to_mma<kF16>(lo);
-      vsc[b][1] = e4m3x2_to_mma<kF16>(lo >> 16);
-      vsc[b][2] = e4m3x2_to_mma<kF16>(hi);
-      vsc[b][3] = e4m3x2_to_mma<kF16>(hi >> 16);
+      vsc[b][0] = fp8x2_to_mma<KvKind::e4m3, kF16>(lo);
+      vsc[b][1] = fp8x2_to_mma<KvKind::e4m3, kF16>(lo >> 16);
+      vsc[b][2] = fp8x2_to_mma<KvKind::e4m3, kF16>(hi);
+      vsc[b][3] = fp8x2_to_mma<KvKind::e4m3, kF16>(hi >> 16);
     }
 #pragma unroll
     for (int cp = 0; cp < 2; ++cp) {

@@ -97,27 +97,23 @@ __device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero)
   }
 }
 
-// fp8 producer (the whole warpgroup, ptid 0..127), one tile after g0 blocks:
-// its thread 0 loads the raw K and V tiles of each block by TMA into the
-// slots' upper halves (K(i + 1) as soon as its slot is free, V(i + 1) once
-// V(i) is published, so that no wait closes a cycle with the consumers), every
-// thread widens one K row and one V row per block (the tail block's V rows
+// The converting producer (the whole warpgroup, ptid 0..127), one tile after
+// g0 blocks: its thread 0 starts the raw K and V loads of each block
+// (load_raw(plane, i, slot, raw barrier), plane 0 = K) once the slot is free:
+// K(i + 1) as soon as its slot is, V(i + 1) once V(i) is published, so that no
+// wait closes a cycle with the consumers. Every thread widens one K row and
+// one V row per block (widen(plane tile, row, zero); the tail block's V rows
 // past the last position read as zero), and K and V are published apart.
-template <KvKind kKind, bool kF16>
-__device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
-                                                 int tail_block, int tail_keys, unsigned char* smem,
-                                                 const WgmmaBars& bar, int ptid, int g0) {
+template <class LoadRaw, class Widen>
+__device__ __forceinline__ void widen_blocks(const TileEntries& entries, int n, int tail_block, int tail_keys,
+                                             unsigned char* smem, const WgmmaBars& bar, int ptid, int g0,
+                                             LoadRaw load_raw, Widen widen) {
   using W = WgmmaTile;
-  constexpr int kRawBytes = kBlockKeys * kDim;  // 16 KiB of codes per tile
-  auto issue = [&](int plane, int i) {          // thread 0 only
+  auto issue = [&](int plane, int i) {  // thread 0 only
     const int g = g0 + i, s = ring_slot(g);
     const std::uint32_t raw_bar = plane ? bar.raw_v(s) : bar.raw_k(s);
     if (g >= W::kSlots) sm90::mbar_wait(plane ? bar.empty_v(s) : bar.empty_k(s), ring_parity(g) ^ 1u);
-    const int page = entries.page[i];
-    sm90::mbar_arrive_expect_tx(raw_bar, kRawBytes);
-    sm90::tma_load_4d(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + W::kAtomBytes),
-                      plane ? &maps.v : &maps.k, raw_bar, 0, map_coord(maps, 1, head, page),
-                      map_coord(maps, 2, head, page), map_coord(maps, 3, head, page));
+    load_raw(plane, i, s, raw_bar);
   };
   if (ptid == 0 && n > 0) {
     issue(0, 0);
@@ -128,13 +124,12 @@ __device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileE
     const std::uint32_t parity = ring_parity(g);
     if (ptid == 0 && i + 1 < n) issue(0, i + 1);
     sm90::mbar_wait(bar.raw_k(s), parity);
-    widen_row<kKind, kF16>(smem + W::kK + s * W::kPlaneBytes, ptid, false);
+    widen(smem + W::kK + s * W::kPlaneBytes, ptid, false);
     sm90::fence_proxy_async();
     sm90::named_barrier_sync(W::kWidenBar, 128);
     if (ptid == 0) sm90::mbar_arrive(bar.full_k(s));
     sm90::mbar_wait(bar.raw_v(s), parity);
-    widen_row<kKind, kF16>(smem + W::kV + s * W::kPlaneBytes, ptid,
-                           entries.block[i] == tail_block && ptid >= tail_keys);
+    widen(smem + W::kV + s * W::kPlaneBytes, ptid, entries.block[i] == tail_block && ptid >= tail_keys);
     sm90::fence_proxy_async();
     sm90::named_barrier_sync(W::kWidenBar, 128);
     if (ptid == 0) {
@@ -142,6 +137,25 @@ __device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileE
       if (i + 1 < n) issue(1, i + 1);
     }
   }
+}
+
+// fp8 producer: widen_blocks over raw tiles loaded by TMA into the slots'
+// upper halves, widened by widen_row.
+template <KvKind kKind, bool kF16>
+__device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
+                                                 int tail_block, int tail_keys, unsigned char* smem,
+                                                 const WgmmaBars& bar, int ptid, int g0) {
+  using W = WgmmaTile;
+  constexpr int kRawBytes = kBlockKeys * kDim;  // 16 KiB of codes per tile
+  auto load_raw = [&](int plane, int i, int s, std::uint32_t raw_bar) {
+    const int page = entries.page[i];
+    sm90::mbar_arrive_expect_tx(raw_bar, kRawBytes);
+    sm90::tma_load_4d(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + W::kAtomBytes),
+                      plane ? &maps.v : &maps.k, raw_bar, 0, map_coord(maps, 1, head, page),
+                      map_coord(maps, 2, head, page), map_coord(maps, 3, head, page));
+  };
+  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, load_raw,
+               [](unsigned char* slot, int r, bool zero) { widen_row<kKind, kF16>(slot, r, zero); });
 }
 
 // Widens row r of an nvfp4 K or V slot in place: the raw slot (MSA_CONTRACT
@@ -182,49 +196,24 @@ __device__ __forceinline__ void widen_row_fp4(unsigned char* slot, int r, bool z
   }
 }
 
-// nvfp4 producer (the whole warpgroup, ptid 0..127), one tile after g0
-// blocks, as widen_fp8_blocks: its thread 0 bulk-copies the raw K and V slots
-// of each block (one contiguous 9 KiB run each) to the top of their planes,
-// every thread widens one K row and one V row per block.
+// nvfp4 producer: widen_blocks over each block's K and V head-slot runs (one
+// contiguous 9 KiB run each) bulk-copied to the top of their planes, widened
+// by widen_row_fp4.
 //   p: the cache (k_base, page_stride) of the launch
 template <bool kF16>
 __device__ __forceinline__ void widen_fp4_blocks(const AttendParams& p, const TileEntries& entries, int n, int head,
                                                  int tail_block, int tail_keys, unsigned char* smem,
                                                  const WgmmaBars& bar, int ptid, int g0) {
   using W = WgmmaTile;
-  auto issue = [&](int plane, int i) {  // thread 0 only
-    const int g = g0 + i, s = ring_slot(g);
-    const std::uint32_t raw_bar = plane ? bar.raw_v(s) : bar.raw_k(s);
-    if (g >= W::kSlots) sm90::mbar_wait(plane ? bar.empty_v(s) : bar.empty_k(s), ring_parity(g) ^ 1u);
+  auto load_raw = [&](int plane, int i, int s, std::uint32_t raw_bar) {
     const unsigned char* src =
         p.k_base + std::int64_t(entries.page[i]) * p.page_stride + std::int64_t(2 * head + plane) * kNvfp4SlotBytes;
     sm90::mbar_arrive_expect_tx(raw_bar, kNvfp4SlotBytes);
     sm90::bulk_load(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + kRawFp4Offset), src,
                     kNvfp4SlotBytes, raw_bar);
   };
-  if (ptid == 0 && n > 0) {
-    issue(0, 0);
-    issue(1, 0);
-  }
-  for (int i = 0; i < n; ++i) {
-    const int g = g0 + i, s = ring_slot(g);
-    const std::uint32_t parity = ring_parity(g);
-    if (ptid == 0 && i + 1 < n) issue(0, i + 1);
-    sm90::mbar_wait(bar.raw_k(s), parity);
-    widen_row_fp4<kF16>(smem + W::kK + s * W::kPlaneBytes, ptid, false);
-    sm90::fence_proxy_async();
-    sm90::named_barrier_sync(W::kWidenBar, 128);
-    if (ptid == 0) sm90::mbar_arrive(bar.full_k(s));
-    sm90::mbar_wait(bar.raw_v(s), parity);
-    widen_row_fp4<kF16>(smem + W::kV + s * W::kPlaneBytes, ptid,
-                        entries.block[i] == tail_block && ptid >= tail_keys);
-    sm90::fence_proxy_async();
-    sm90::named_barrier_sync(W::kWidenBar, 128);
-    if (ptid == 0) {
-      sm90::mbar_arrive(bar.full_v(s));
-      if (i + 1 < n) issue(1, i + 1);
-    }
-  }
+  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, load_raw,
+               [](unsigned char* slot, int r, bool zero) { widen_row_fp4<kF16>(slot, r, zero); });
 }
 
 }  // namespace msa::cuda::attention
