@@ -260,7 +260,7 @@ TEST(AttentionPlan, WgmmaTilesForWholeTokensPerWarpgroup) {
   att::wgmma_tiles_override = 0;
 }
 
-TEST(AttentionPlan, WgmmaCachesAreHalfPerTensorFp8AndNvfp4) {
+TEST(AttentionPlan, WgmmaCachesAreEveryKvDtype) {
   namespace att = msa::cuda::attention;
   using msa::DType;
   using msa::ScaleMode;
@@ -268,7 +268,7 @@ TEST(AttentionPlan, WgmmaCachesAreHalfPerTensorFp8AndNvfp4) {
   EXPECT_TRUE(att::wgmma_cache(DType::fp16, ScaleMode::none));
   EXPECT_TRUE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_tensor));
   EXPECT_TRUE(att::wgmma_cache(DType::fp8_e5m2, ScaleMode::per_tensor));
-  EXPECT_FALSE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_token_head));
+  EXPECT_TRUE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_token_head));
   EXPECT_TRUE(att::wgmma_cache(DType::nvfp4, ScaleMode::none));
 }
 

@@ -157,13 +157,10 @@ inline std::int64_t tile_ctas(std::int64_t prefill_tokens, int num_requests, int
 // mma.sync tile kernel. wgmma_tiles_override = 1 forces the mma.sync kernel
 // (tests run both).
 inline std::atomic<int> wgmma_tiles_override{0};
-// The caches the wgmma kernel reads: bf16 / fp16 as they are, fp8 widened in
-// the kernel when its scales are per tensor (not per token and head), nvfp4
-// widened in the kernel.
-inline bool wgmma_cache(DType kv, ScaleMode scales) {
-  return kv == DType::bf16 || kv == DType::fp16 || kv == DType::nvfp4 ||
-         (is_fp8(kv) && scales != ScaleMode::per_token_head);
-}
+// The caches the wgmma kernel reads: bf16 / fp16 as they are, fp8 (per-tensor
+// or per-(token, head) scales: the latter on the score columns and the
+// probabilities) and nvfp4 widened in the kernel.
+inline bool wgmma_cache(DType kv, ScaleMode) { return is_half(kv) || is_fp8(kv) || kv == DType::nvfp4; }
 inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
   return wgmma_cache && wgmma_tiles_override.load(std::memory_order_relaxed) != 1 && group > 0 && 64 % group == 0 &&
          group * tokens_per_tile == kTileRows;

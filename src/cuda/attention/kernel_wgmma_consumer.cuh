@@ -272,6 +272,23 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
   }
 }
 
+// Multiplies the thread's score (kPlane 0: by the K scales) or probability
+// (kPlane 1: by the V scales) columns by the slot's per-key scales: column
+// 8 j + col + e of both rows by scales[kPlane][8 j + col + e].
+//   sc: the 64 x 128 fragment; scales: [2 (K, V)][128] in shared memory
+template <int kPlane>
+__device__ __forceinline__ void scale_columns(float (&sc)[64], const float* scales, int col) {
+  const float* factor = scales + kPlane * kBlockKeys;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 f = *reinterpret_cast<const float2*>(factor + 8 * j + col);
+    sc[4 * j] *= f.x;
+    sc[4 * j + 1] *= f.y;
+    sc[4 * j + 2] *= f.x;
+    sc[4 * j + 3] *= f.y;
+  }
+}
+
 // fp8: the CTA's one tile. Round i issues PV(i - 1) and QK(i) as one wgmma
 // group; round n (PV(n - 1) alone) ends the tile.
 template <bool kF16>
@@ -293,6 +310,7 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
   float o[64], sc[64], m[2], l[2];
   std::uint32_t pa[8][4];
   clear_tile_state(o, sc, m, l, pa);
+  const bool token_scales = p.k_scales != nullptr;
 
   bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
   for (int i = 0;; ++i) {
@@ -326,8 +344,13 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
     } else {
       pass_turn();
     }
+    // Per-token K scales on the score columns, before the K slot (and its
+    // scales) goes back to the producer.
+    const float* slot_scales = reinterpret_cast<const float*>(c.smem + W::kScales) + sq * 2 * kBlockKeys;
+    if (token_scales && active) scale_columns<0>(sc, slot_scales, c.col);
     __syncwarp();
-    if (c.lane == 0) {  // one arrival per warp and block, whether it attended the block or not
+    // One arrival per warp (per thread: every_thread_arrives) and block, whether it attended the block or not.
+    if (every_thread_arrives(p) || c.lane == 0) {
       if (i > 0) sm90::mbar_arrive(c.bar.empty_v(sv));
       if (!last) sm90::mbar_arrive(c.bar.empty_k(sq));
     }
@@ -338,6 +361,13 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
       const int limit0 = pos0 >= 0 && ((mask >> tok0) & 1) != 0 ? pos0 - base + 1 : 0;
       const int limit1 = pos1 >= 0 && ((mask >> tok1) & 1) != 0 ? pos1 - base + 1 : 0;
       const Rescale r = softmax_scores_any(sc, m, l, limit0, limit1, scale, c.col);
+      if (token_scales) {
+        // Per-token V scales on the probabilities (the sums stay unscaled):
+        // block i's V scales are written with V(i), which the next round
+        // waits for anyway; its slot is held until PV(i) is done.
+        sm90::mbar_wait(c.bar.full_v(sq), ring_parity(i));
+        scale_columns<1>(sc, slot_scales, c.col);
+      }
       softmax_output<kF16>(sc, o, pa, r);
     }
     prev_active = active;

@@ -20,10 +20,11 @@ struct WgmmaTile {
   static constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
   static constexpr int kProducerWarp = kConsumers * 4;     // streams K / V (bf16 / fp16)
   static constexpr int kPlanners = 96;                     // the producer's other three warps
-  // Registers per thread after the split (setmaxnreg), 128 x producer + 256 x
-  // consumer <= 64K: the producer plans tiles, and for fp8 widens rows too
-  // (the least counts with which ptxas spills nothing on either side).
-  static constexpr int producer_regs(KvKind kind) { return kind == KvKind::half ? 64 : 80; }
+  // Registers per thread after the split (setmaxnreg) out of the kernel's 168
+  // per thread (64K over 384 threads, in steps of 8): the producer plans
+  // tiles, and for fp8 / nvfp4 widens rows too (with per-token scales also
+  // copying them); counts with which ptxas spills nothing on either side.
+  static constexpr int producer_regs(KvKind kind) { return kind == KvKind::half ? 64 : 88; }
   static constexpr int consumer_regs(KvKind kind) { return kind == KvKind::half ? 216 : 208; }
   static constexpr int kSlots = 2;                         // per ring (K, V)
   static constexpr int kAtomBytes = kBlockKeys * 128;      // 16 KiB: 64 dims of 128 keys
@@ -41,7 +42,9 @@ struct WgmmaTile {
   static constexpr int kPlans = kBars + 256;
   static constexpr int kHeaderBytes = 32;
   static constexpr int kPlanBytes = (kHeaderBytes + TileList::kBytes + 127) / 128 * 128;
-  static constexpr int kBytes = kPlans + 2 * kPlanBytes + 1024;  // + alignment slack
+  // fp8 per-token scales of the ring's blocks: float [kSlots][2 (K, V)][128].
+  static constexpr int kScales = kPlans + 2 * kPlanBytes;
+  static constexpr int kBytes = kScales + kSlots * 2 * kBlockKeys * 4 + 1024;  // + alignment slack
   // Named barriers: 0 is __syncthreads; warpgroup w waits on kTurn + w for its
   // turn to issue; the producer warpgroup (fp8 widening) syncs on kWidenBar,
   // the planners on kPlanBar. Plan buffer b is handed over on kPlanFull + b
@@ -55,9 +58,27 @@ struct WgmmaTile {
   static constexpr int kPlanFullThreads = kThreads;                    // 96 + 256 + 32
   static constexpr int kPlanFreeThreads = kConsumers * 128 + kPlanners;  // 256 + 96
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
+  // Arrivals that publish a slot (full) and release it (empty). Normally one
+  // thread of the producer after the warpgroup's barrier, and one lane of each
+  // consumer warp after __syncwarp. With fp8 per-token scales (`every_thread`)
+  // the slot's scale array is written and read by plain stores and loads, and
+  // every thread arrives itself, so that each access is ordered by that
+  // thread's own release and acquire (the form compute-sanitizer's racecheck
+  // follows: it does not carry a warp or warpgroup barrier into an mbarrier).
+  static constexpr int full_arrivals(bool every_thread) { return every_thread ? 128 : 1; }
+  static constexpr int empty_arrivals(bool every_thread) { return kConsumers * (every_thread ? 128 : 4); }
   static_assert(kK % 1024 == 0 && kPlaneBytes % 1024 == 0, "swizzled tiles need 1 KiB alignment");
   static_assert(UnionScratch::kBytes <= kQBuf, "the union scratch lives in the next tile's Q buffer");
 };
+static_assert(WgmmaTile::producer_regs(KvKind::half) + 2 * WgmmaTile::consumer_regs(KvKind::half) <= 3 * 168 &&
+                  WgmmaTile::producer_regs(KvKind::e4m3) + 2 * WgmmaTile::consumer_regs(KvKind::e4m3) <= 3 * 168,
+              "the register split exceeds the CTA's 168 registers per thread");
+
+// Whether every thread arrives on the ring's slot barriers
+// (WgmmaTile::full_arrivals): fp8 caches with per-token scales, the only ones
+// with k_scales (attend.cu). Read from the kernel parameter at each use, so
+// that it holds no register.
+__device__ __forceinline__ bool every_thread_arrives(const AttendParams& p) { return p.k_scales != nullptr; }
 
 // What the planners tell the other roles about a tile (int32 [8] at the plan buffer's start).
 struct PlanHeader {

@@ -102,12 +102,14 @@ __device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero)
 // (load_raw(plane, i, slot, raw barrier), plane 0 = K) once the slot is free:
 // K(i + 1) as soon as its slot is, V(i + 1) once V(i) is published, so that no
 // wait closes a cycle with the consumers. Every thread widens one K row and
-// one V row per block (widen(plane tile, row, zero); the tail block's V rows
-// past the last position read as zero), and K and V are published apart.
+// one V row per block (widen(plane, i, plane tile, row, zero); the tail block's V rows
+// past the last position read as zero), and K and V are published apart: by
+// thread 0 after the warpgroup's barrier, or by every thread (every_thread,
+// WgmmaTile::full_arrivals).
 template <class LoadRaw, class Widen>
 __device__ __forceinline__ void widen_blocks(const TileEntries& entries, int n, int tail_block, int tail_keys,
                                              unsigned char* smem, const WgmmaBars& bar, int ptid, int g0,
-                                             LoadRaw load_raw, Widen widen) {
+                                             bool every_thread, LoadRaw load_raw, Widen widen) {
   using W = WgmmaTile;
   auto issue = [&](int plane, int i) {  // thread 0 only
     const int g = g0 + i, s = ring_slot(g);
@@ -124,26 +126,28 @@ __device__ __forceinline__ void widen_blocks(const TileEntries& entries, int n, 
     const std::uint32_t parity = ring_parity(g);
     if (ptid == 0 && i + 1 < n) issue(0, i + 1);
     sm90::mbar_wait(bar.raw_k(s), parity);
-    widen(smem + W::kK + s * W::kPlaneBytes, ptid, false);
+    widen(0, i, smem + W::kK + s * W::kPlaneBytes, ptid, false);
     sm90::fence_proxy_async();
     sm90::named_barrier_sync(W::kWidenBar, 128);
-    if (ptid == 0) sm90::mbar_arrive(bar.full_k(s));
+    if (every_thread || ptid == 0) sm90::mbar_arrive(bar.full_k(s));
     sm90::mbar_wait(bar.raw_v(s), parity);
-    widen(smem + W::kV + s * W::kPlaneBytes, ptid, entries.block[i] == tail_block && ptid >= tail_keys);
+    widen(1, i, smem + W::kV + s * W::kPlaneBytes, ptid, entries.block[i] == tail_block && ptid >= tail_keys);
     sm90::fence_proxy_async();
     sm90::named_barrier_sync(W::kWidenBar, 128);
-    if (ptid == 0) {
-      sm90::mbar_arrive(bar.full_v(s));
-      if (i + 1 < n) issue(1, i + 1);
-    }
+    if (every_thread || ptid == 0) sm90::mbar_arrive(bar.full_v(s));
+    if (ptid == 0 && i + 1 < n) issue(1, i + 1);
   }
 }
 
 // fp8 producer: widen_blocks over raw tiles loaded by TMA into the slots'
-// upper halves, widened by widen_row.
+// upper halves, widened by widen_row. Per-(token, head) scales (p.k_scales
+// non-null): each thread also copies its key's K or V scale of the block into
+// the slot's scale array (WgmmaTile::kScales), the V scale 0 where the V row
+// is zero, once it has seen the consumers release the slot; each thread then
+// publishes the slot itself (every_thread_arrives).
 template <KvKind kKind, bool kF16>
-__device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
-                                                 int tail_block, int tail_keys, unsigned char* smem,
+__device__ __forceinline__ void widen_fp8_blocks(const AttendParams& p, const KvMaps& maps, const TileEntries& entries,
+                                                 int n, int head, int tail_block, int tail_keys, unsigned char* smem,
                                                  const WgmmaBars& bar, int ptid, int g0) {
   using W = WgmmaTile;
   constexpr int kRawBytes = kBlockKeys * kDim;  // 16 KiB of codes per tile
@@ -154,8 +158,27 @@ __device__ __forceinline__ void widen_fp8_blocks(const KvMaps& maps, const TileE
                       plane ? &maps.v : &maps.k, raw_bar, 0, map_coord(maps, 1, head, page),
                       map_coord(maps, 2, head, page), map_coord(maps, 3, head, page));
   };
-  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, load_raw,
-               [](unsigned char* slot, int r, bool zero) { widen_row<kKind, kF16>(slot, r, zero); });
+  // The thread's key's K and V scales of the next block, loaded a block ahead.
+  const float* token_scales[2] = {p.k_scales, p.v_scales};
+  auto scale_of = [&](int plane, int i) {
+    return token_scales[plane][(std::int64_t(entries.page[i]) * kBlockKeys + ptid) * p.num_kv_heads + head];
+  };
+  float next[2] = {0.0f, 0.0f};
+  if (p.k_scales != nullptr && n > 0) next[0] = scale_of(0, 0), next[1] = scale_of(1, 0);
+  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, every_thread_arrives(p), load_raw,
+               [&](int plane, int i, unsigned char* slot, int r, bool zero) {
+                 if (p.k_scales != nullptr) {
+                   const float value = next[plane];
+                   if (i + 1 < n) next[plane] = scale_of(plane, i + 1);
+                   const int g = g0 + i, s = ring_slot(g);
+                   // The slot's scales are read by the consumers' generic loads until they
+                   // release the slot: every writer waits for that release itself (thread 0's
+                   // wait before the raw load orders them only through the TMA's completion).
+                   if (g >= W::kSlots) sm90::mbar_wait(plane ? bar.empty_v(s) : bar.empty_k(s), ring_parity(g) ^ 1u);
+                   reinterpret_cast<float*>(smem + W::kScales)[(s * 2 + plane) * kBlockKeys + r] = zero ? 0.0f : value;
+                 }
+                 widen_row<kKind, kF16>(slot, r, zero);
+               });
 }
 
 // Widens row r of an nvfp4 K or V slot in place: the raw slot (MSA_CONTRACT
@@ -212,8 +235,8 @@ __device__ __forceinline__ void widen_fp4_blocks(const AttendParams& p, const Ti
     sm90::bulk_load(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + kRawFp4Offset), src,
                     kNvfp4SlotBytes, raw_bar);
   };
-  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, load_raw,
-               [](unsigned char* slot, int r, bool zero) { widen_row_fp4<kF16>(slot, r, zero); });
+  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, every_thread_arrives(p), load_raw,
+               [](int, int, unsigned char* slot, int r, bool zero) { widen_row_fp4<kF16>(slot, r, zero); });
 }
 
 }  // namespace msa::cuda::attention

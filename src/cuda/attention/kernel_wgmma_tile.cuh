@@ -14,7 +14,8 @@
 //    rings, one for K tiles and one for V tiles (128 keys x 128 dims, each as
 //    two 128-byte-swizzled TMA boxes of 64 dims, kv_maps.hpp). Every slot has
 //    a "full" mbarrier (the TMA's transaction count) and an "empty" one (one
-//    arrival per consumer warp once its wgmma reads of the slot are done).
+//    arrival per consumer warp once its wgmma reads of the slot are done; per
+//    thread with fp8 per-token scales, WgmmaTile::full_arrivals).
 //    Slots and phases run on over the CTA's tiles. fp8 / nvfp4: the whole
 //    producer warpgroup widens each raw tile in place (widen_fp8_blocks,
 //    widen_fp4_blocks; nvfp4 loads its head-slot runs by bulk copy).
@@ -80,11 +81,12 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   auto plan_at = [&](int j) { return smem + W::kPlans + plan_buffer(j) * W::kPlanBytes; };
 
   if (tid == W::kProducerWarp * 32) {
+    const bool every_thread = kKind != KvKind::half && every_thread_arrives(p);  // (one-tile CTAs only)
     for (int s = 0; s < W::kSlots; ++s) {
-      sm90::mbar_init(bar.full_k(s), 1);
-      sm90::mbar_init(bar.full_v(s), 1);
-      sm90::mbar_init(bar.empty_k(s), W::kConsumers * 4);
-      sm90::mbar_init(bar.empty_v(s), W::kConsumers * 4);
+      sm90::mbar_init(bar.full_k(s), W::full_arrivals(every_thread));
+      sm90::mbar_init(bar.full_v(s), W::full_arrivals(every_thread));
+      sm90::mbar_init(bar.empty_k(s), W::empty_arrivals(every_thread));
+      sm90::mbar_init(bar.empty_v(s), W::empty_arrivals(every_thread));
       sm90::mbar_init(bar.raw_k(s), 1);
       sm90::mbar_init(bar.raw_v(s), 1);
     }
@@ -123,7 +125,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       else if constexpr (kKind == KvKind::nvfp4)
         widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       else
-        widen_fp8_blocks<kKind, kF16>(maps, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
+        widen_fp8_blocks<kKind, kF16>(p, maps, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       g0 += n;
     }
     return;

@@ -124,8 +124,13 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   make_step(c, st);
   const BatchMetadata& m = st.meta;
   const int H = c.num_kv_heads, QH = c.num_q_heads, K = c.topk;
-  const ScaleMode mode = is_fp8(c.dtype) ? ScaleMode::per_tensor : ScaleMode::none;
-  const std::int64_t page_bytes = kv_block_bytes(c.dtype, mode) * H;
+  const ScaleMode mode = !is_fp8(c.dtype)  ? ScaleMode::none
+                         : s.token_scales ? ScaleMode::per_token_head
+                                          : ScaleMode::per_tensor;
+  // The pool holds the K / V data; per-token scales live in their own arrays
+  // (their bytes count in the traffic, not in the read floor).
+  const std::int64_t data_block_bytes = kv_block_bytes(c.dtype, is_fp8(c.dtype) ? ScaleMode::per_tensor : mode);
+  const std::int64_t page_bytes = data_block_bytes * H;
 
   std::vector<InputCopy> copies;
   auto add_copy = [&](int i) {
@@ -152,6 +157,18 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
     fill_random(pool.get(), pages * page_bytes / eb, c.dtype, is_fp8(c.dtype) ? 16.0f : 1.0f, s.seed, stream);
     cache = make_cache_view(c.dtype, pool.get(), pages, H, Layout::hnd);
     if (is_fp8(c.dtype)) cache.k_scale = cache.v_scale = 1.0f / 16;
+  }
+  DeviceBuffer k_scales, v_scales;
+  if (mode == ScaleMode::per_token_head) {
+    // Every scale 0x3C3C3C3C (about 0.0115): one byte fill per array.
+    const auto bytes = std::size_t(pages * kBlockSize * H) * sizeof(float);
+    k_scales = DeviceBuffer(bytes);
+    v_scales = DeviceBuffer(bytes);
+    k_scales.fill_bytes(0x3C);
+    v_scales.fill_bytes(0x3C);
+    cache.scale_mode = mode;
+    cache.k_scales = static_cast<float*>(k_scales.get());
+    cache.v_scales = static_cast<float*>(v_scales.get());
   }
   for (InputCopy& cp : copies) {
     cp.d_topk = to_device(cp.topk);
@@ -189,10 +206,10 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
                                copies[i].map.max_blocks};
   }
   res.traffic = mean_traffic(copies);
-  res.device_bytes = double(pool.bytes() + q.bytes() + out.bytes() + ws.bytes());
+  res.device_bytes = double(pool.bytes() + k_scales.bytes() + v_scales.bytes() + q.bytes() + out.bytes() + ws.bytes());
   for (const InputCopy& cp : copies) res.device_bytes += double(cp.d_topk.bytes() + cp.d_table.bytes());
   time_case([&](int i) { cuda::attend(plan, st.view, args[std::size_t(i)], stream); }, res.copies, s, stream, res);
-  if (!c.prefill) time_read_floor(c, m, copies, pool, kv_block_bytes(c.dtype, mode), page_bytes, s, stream, res);
+  if (!c.prefill) time_read_floor(c, m, copies, pool, data_block_bytes, page_bytes, s, stream, res);
 }
 
 void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream, BenchResult& res) {

@@ -17,6 +17,7 @@
 #include "bench_case.hpp"
 #include "bench_ceilings.hpp"
 #include "commands.hpp"
+#include "cuda/attention/heuristics.hpp"
 #include "cuda/common/check.cuh"
 #include "device_memory.hpp"
 #include "msa/cuda.hpp"
@@ -39,6 +40,8 @@ struct BenchOptions {
   std::string prefill = "query-major";  // --prefill: msa::cuda::PrefillOrder of the prefill steps
   int decode_splits = 0;                // --decode-splits: AttentionShape::decode_splits (0: the plan's)
   int tile_splits = 0;                  // --tile-splits: AttentionShape::tile_splits (0: the plan's)
+  std::string kv_scales = "tensor";     // --kv-scales: fp8 scales per tensor or per (token, head)
+  std::string tile_kernel = "auto";     // --tile-kernel: the token-tile kernel (auto: wgmma where it applies)
   std::string json;
 };
 
@@ -135,6 +138,10 @@ int run_bench(const BenchOptions& o) {
                                              : cuda::PrefillOrder::query_major;
   s.decode_splits = o.decode_splits;
   s.tile_splits = o.tile_splits;
+  s.token_scales = o.kv_scales == "token";
+  // The mma.sync token tiles instead of the wgmma ones (a comparison; the
+  // switch the GPU tests use).
+  cuda::attention::wgmma_tiles_override.store(o.tile_kernel == "mma-sync" ? 1 : 0);
   s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
   s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
 
@@ -215,6 +222,8 @@ int run_bench(const BenchOptions& o) {
           {"prefill", o.prefill},
           {"decode_splits", o.decode_splits},
           {"tile_splits", o.tile_splits},
+          {"kv_scales", o.kv_scales},
+          {"tile_kernel", o.tile_kernel},
           {"set", set},
           {"quick", set == "quick"},
           {"filters", o.filters},
@@ -277,6 +286,13 @@ Command register_bench(CLI::App& app) {
                   "ways each prefill token tile is split (msa::cuda::AttentionShape::tile_splits); 0: the plan's")
       ->capture_default_str()
       ->check(CLI::Range(0, 4));
+  sub->add_option("--kv-scales", o->kv_scales, "fp8 caches: scales per tensor or per (token, head)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"tensor", "token"}));
+  sub->add_option("--tile-kernel", o->tile_kernel,
+                  "prefill token tiles: auto (wgmma where the shape allows) or mma-sync (the older kernel, to compare)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "mma-sync"}));
   sub->add_option("--json", o->json, "also write everything as JSON to FILE");
   return Command{sub, [o] { return run_bench(*o); }};
 }
