@@ -112,7 +112,9 @@ struct AttentionShape {
   std::int32_t decode_splits = 0;
   // Ways each prefill token tile's block union is split when the tiles run on
   // the persistent wgmma kernel (bf16 / fp16 caches, query-major): 0 lets the
-  // plan choose (the default: only steps with few tiles split); 1-4 forces it.
+  // plan choose (the default: steps with few tiles split every tile, longer
+  // steps only the tiles of a last round at most half full); 1-4 forces that
+  // many ways on every tile.
   std::int32_t tile_splits = 0;
 };
 
@@ -139,12 +141,14 @@ struct AttentionPlan {
   // 128], and the device picks key-major or token tiles on each attend. Such a
   // plan depends on the requests' sequence lengths too (their block count).
   std::int64_t key_major_rows = 0;
-  // > 1: prefill token tiles run as tile_splits work items each (a share of the
-  // tile's blocks), writing 16-bit partials [num_tokens, num_q_heads,
+  // > 1: prefill token tiles numbered from tile_split_from on (tile-major, KV
+  // head fastest; 0: every tile) run as tile_splits work items each (a share
+  // of the tile's blocks), writing 16-bit partials [num_tokens, num_q_heads,
   // tile_splits, 128] and their lse [num_tokens, num_q_heads, tile_splits] in
   // the workspace, merged per row by attend(). 1: no split (always with
   // key_major_rows > 0, and for caches that do not run the persistent tiles).
   std::int32_t tile_splits = 1;
+  std::int64_t tile_split_from = 0;
   void* tile_partial_out = nullptr;
   float* tile_partial_lse = nullptr;
 };

@@ -385,6 +385,25 @@ TEST(CudaAttentionTiles, ShapeTileSplits) {
                    c.name + " tile_splits " + std::to_string(splits) + " (plan " + std::to_string(p.plan.tile_splits) +
                        ", prefill splits " + std::to_string(p.plan.prefill_splits) + ")");
     }
+    // The rule with fewer SMs than the device has, so that this step's last
+    // round is at most half full: only the tiles from plan.tile_split_from on
+    // split (16/1: 96 tile numbers on 40 SMs, from 80 two ways; 32/4: 204 on
+    // 64, from 192 four ways), the whole ones write out directly.
+    const int sms = q_heads / kv_heads == 16 ? 40 : 64;
+    att::tile_split_sms_override.store(sms);
+    DeviceInputs d(ref.w, meta, ref.topk);
+    Planned p = make_plan(meta, d.shape);
+    att::tile_split_sms_override.store(0);
+    if (att::use_wgmma_tiles(true, q_heads / kv_heads, att::tile_tokens(q_heads / kv_heads, c.topk)) &&
+        p.plan.prefill_splits == 1) {
+      EXPECT_GT(p.plan.tile_splits, 1);
+      EXPECT_GT(p.plan.tile_split_from, 0);
+    }
+    msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
+    msa::test::device_sync();
+    expect_close(d.result(), ref.want,
+                 c.name + " last-round split on " + std::to_string(sms) + " SMs (plan " +
+                     std::to_string(p.plan.tile_splits) + " from tile " + std::to_string(p.plan.tile_split_from) + ")");
   }
   Case c = named("shape_tile_splits_bad");
   c.requests = {{64, 100}};

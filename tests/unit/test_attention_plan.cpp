@@ -8,6 +8,7 @@
 #include <iterator>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "cuda/attention/heuristics.hpp"
@@ -159,23 +160,36 @@ TEST(AttentionPlan, ConvertedCachesFillOneWave) {
 
 TEST(AttentionPlan, TileSplitsFillTheLastRound) {
   namespace att = msa::cuda::attention;
-  // Few tiles (at most half the SMs busy): split as far as the grid holds them.
-  EXPECT_EQ(att::choose_tile_splits(1, kH200Sms), 4);
-  EXPECT_EQ(att::choose_tile_splits(33, kH200Sms), 4);
-  EXPECT_EQ(att::choose_tile_splits(40, kH200Sms), 3);
-  EXPECT_EQ(att::choose_tile_splits(66, kH200Sms), 2);
-  // One round more than half full, or a full one: no split.
-  EXPECT_EQ(att::choose_tile_splits(67, kH200Sms), 1);
-  EXPECT_EQ(att::choose_tile_splits(132, kH200Sms), 1);
-  // A second round at most half full: two ways.
-  EXPECT_EQ(att::choose_tile_splits(133, kH200Sms), 2);
-  EXPECT_EQ(att::choose_tile_splits(193, kH200Sms), 2);
-  EXPECT_EQ(att::choose_tile_splits(198, kH200Sms), 2);
-  EXPECT_EQ(att::choose_tile_splits(199, kH200Sms), 1);
-  EXPECT_EQ(att::choose_tile_splits(330, kH200Sms), 1);  // three rounds
-  EXPECT_EQ(att::choose_tile_splits(2048 + 1, kH200Sms), 1);
-  EXPECT_EQ(att::choose_tile_splits(0, kH200Sms), 1);
-  EXPECT_EQ(att::choose_tile_splits(10, 0), 1);
+  auto split = [](std::int64_t tiles, int sms, int heads = 1) {
+    const att::TileSplit t = att::choose_tile_split(tiles, sms, heads);
+    return std::pair{t.splits, t.from};
+  };
+  using P = std::pair<int, std::int64_t>;
+  // Few tiles (at most half the SMs busy): every tile splits as far as the grid holds them.
+  EXPECT_EQ(split(1, kH200Sms), P(4, 0));
+  EXPECT_EQ(split(33, kH200Sms), P(4, 0));
+  EXPECT_EQ(split(40, kH200Sms), P(3, 0));
+  EXPECT_EQ(split(66, kH200Sms), P(2, 0));
+  // One round more than half full, or full ones: no split.
+  EXPECT_EQ(split(67, kH200Sms).first, 1);
+  EXPECT_EQ(split(132, kH200Sms).first, 1);
+  EXPECT_EQ(split(264, kH200Sms).first, 1);
+  // A last round at most half full: only its tiles split, as far as they fill it.
+  EXPECT_EQ(split(133, kH200Sms), P(4, 132));
+  EXPECT_EQ(split(193, kH200Sms), P(2, 132));
+  EXPECT_EQ(split(198, kH200Sms), P(2, 132));
+  EXPECT_EQ(split(199, kH200Sms).first, 1);
+  EXPECT_EQ(split(330, kH200Sms), P(2, 264));     // b=10 q=256 at 16/1: 2.5 rounds
+  EXPECT_EQ(split(2049, kH200Sms).first, 1);      // a 16K-token chunk: its last round holds 69
+  EXPECT_EQ(split(2 * 132 + 30, kH200Sms), P(4, 264));
+  // The whole tiles end on a KV head boundary (a token's tiles split alike).
+  EXPECT_EQ(split(3 * 130 + 20, 130, 4), P(4, 388));
+  EXPECT_EQ(att::tile_split_items(330, att::TileSplit{2, 264}), 264 + 66 * 2);
+  EXPECT_EQ(att::tile_split_items(33, att::TileSplit{4, 0}), 132);
+  EXPECT_EQ(att::tile_split_items(33, att::TileSplit{}), 33);
+  EXPECT_EQ(split(0, kH200Sms).first, 1);
+  EXPECT_EQ(split(10, 0).first, 1);
+  EXPECT_EQ(split(10, kH200Sms, 0).first, 1);
   // Layout: none without a split; 16-bit rows then fp32 lse, 256-aligned.
   const att::TileSplitLayout none = att::tile_split_layout(1000, 50, 16, 1);
   EXPECT_EQ(none.end, 1000u);

@@ -281,13 +281,17 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
         p.tile_gate = km.tile_gate();
       }
       // Split tiles (plan.tile_splits > 1, only planned for bf16 / fp16 caches
-      // that cannot run key-major): tile_splits items per tile, then the merge.
+      // that cannot run key-major): tile_splits items per tile from
+      // plan.tile_split_from on, then the merge.
       const bool split_tiles = !key_major && plan.tile_splits > 1 && is_half(args.cache.dtype);
       if (split_tiles) {
         MSA_CHECK(plan.tile_partial_out != nullptr && plan.tile_partial_lse != nullptr,
                   "attend: the plan splits token tiles ", plan.tile_splits, " ways but has no partials");
+        MSA_CHECK(plan.tile_split_from >= 0 && plan.tile_split_from <= tiles_ctas, "attend: plan.tile_split_from = ",
+                  plan.tile_split_from, " is not in [0, ", tiles_ctas, "] (the step's token tiles)");
         p.tile_splits = plan.tile_splits;
-        p.tile_count = tiles_ctas * plan.tile_splits;
+        p.tile_split_from = plan.tile_split_from;
+        p.tile_count = tile_split_items(tiles_ctas, TileSplit{plan.tile_splits, plan.tile_split_from});
         p.tile_partial_out = plan.tile_partial_out;
         p.tile_partial_lse = plan.tile_partial_lse;
       }

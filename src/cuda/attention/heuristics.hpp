@@ -168,22 +168,42 @@ inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
 
 // ---- split token tiles (kernel_wgmma_tile.cuh, persistent bf16 / fp16 CTAs) ------
 // A step with few tiles leaves SMs idle or ends on a partial round. Splitting
-// each tile's union S ways (work item (tile, s) takes entries s, s + S, ...)
-// gives tiles x S items of about 1 / S tile each, whose rows are 16-bit
-// partials with their lse, merged per (token, query head) afterwards
-// (key_major.cu, merge_partials). Steps that leave at least half the SMs
-// without a tile split as many ways as the grid holds (at most
-// kMaxTileSplits); steps whose second round is at most half full split in
-// two; others not. Measured on the H200 (bench/RESULTS.md, sixth session,
-// clustered, 16/1 bf16, S = 1 -> S): 33 tiles (b=1, 256-token chunk) 47.5 ->
-// 27.0 us at S = 4; 193 tiles (b=1, 1536 tokens) 85.7 -> 82.0 us at S = 2;
-// 330 tiles (b=10, 256 tokens, three rounds) 124.2 -> 130.6 us at S = 2.
+// a tile's union S ways (work item (tile, s) takes entries s, s + S, ...)
+// gives S items of about 1 / S tile each, whose rows are 16-bit partials with
+// their lse, merged per (token, query head) afterwards (key_major.cu,
+// merge_partials). Steps that leave at least half the SMs without a tile
+// split every tile as many ways as the grid holds (at most kMaxTileSplits).
+// Longer steps whose last round is at most half full split only that round's
+// tiles (numbers from `from` on, a multiple of the KV heads), as many ways as
+// fill it, so that the step ends about half a round earlier while the full
+// rounds run whole tiles (splitting them costs more than it saves). Measured
+// on the H200 (bench/RESULTS.md, clustered, 16/1 bf16): 33 tiles (b=1,
+// 256-token chunk) 47.5 -> 27.0 us with every tile split 4 ways; 330 tiles
+// (b=10, 256 tokens) 127.4-127.9 -> 117.8-118.3 us (ctx 17K) with the last 66
+// split 2 ways, but 124.2 -> 130.6 us with every tile split 2 ways; 193 tiles
+// (b=1, 1536 tokens) 81.1-81.2 us with every tile split 2 ways, 73.3-73.5
+// with the last 61 split 2 ways.
 inline constexpr int kMaxTileSplits = 4;
-inline int choose_tile_splits(std::int64_t tiles, int num_sms) {
-  if (tiles <= 0 || num_sms <= 0) return 1;
-  if (2 * tiles <= num_sms) return int(std::min<std::int64_t>(kMaxTileSplits, num_sms / tiles));
-  return tiles > num_sms && 2 * (tiles - num_sms) <= num_sms ? 2 : 1;
+struct TileSplit {
+  int splits = 1;          // ways each split tile's union is divided
+  std::int64_t from = 0;   // tiles below this number run whole
+};
+inline TileSplit choose_tile_split(std::int64_t tiles, int num_sms, int num_kv_heads) {
+  if (tiles <= 0 || num_sms <= 0 || num_kv_heads <= 0) return {};
+  if (2 * tiles <= num_sms) return {int(std::min<std::int64_t>(kMaxTileSplits, num_sms / tiles)), 0};
+  const std::int64_t from = tiles / num_sms * num_sms / num_kv_heads * num_kv_heads;
+  const std::int64_t tail = tiles - from;
+  if (tail <= 0 || 2 * tail > num_sms) return {};
+  return {int(std::min<std::int64_t>(kMaxTileSplits, num_sms / tail)), from};
 }
+// The work items of `tiles` token tiles under a split: whole tiles, then S
+// items per split tile.
+inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
+  return t.splits > 1 ? t.from + (tiles - t.from) * t.splits : tiles;
+}
+// > 0: the SM count the split rule assumes instead of the device's (tests
+// reach the last-round split with few tiles).
+inline std::atomic<int> tile_split_sms_override{0};
 
 // Bytes of the split tiles' partials after `offset` (256-aligned regions):
 // [num_tokens, num_q_heads, splits, 128] 16-bit outputs, then

@@ -125,6 +125,18 @@ __device__ __forceinline__ TileWork tile_of_cta(const AttendParams& p, std::int6
   return t;
 }
 
+// Work item `item` of a token-tile launch (AttendParams::tile_split_from):
+// its tile number and its share `split` of `splits` (1: the whole tile).
+struct TileItem {
+  std::int64_t tile = 0;
+  int split = 0, splits = 1;
+};
+__device__ __forceinline__ TileItem tile_item(const AttendParams& p, std::int64_t item) {
+  if (p.tile_splits <= 1 || item < p.tile_split_from) return {item, 0, 1};
+  const std::int64_t k = item - p.tile_split_from;
+  return {p.tile_split_from + k / p.tile_splits, int(k % p.tile_splits), p.tile_splits};
+}
+
 // The union of the tile's selected blocks, built by kWorkers threads into the
 // tile list; returns the number of entries (after a sync). A pair
 // (token t, entry k) is usable when its id is valid (>= 0), eligible (<= p_t /

@@ -257,15 +257,20 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
       tile_row_targets<false>(p, c, nullptr, first, count, head, at);
       void* out = p.out;
       float* lse = p.lse;
-      if (p.tile_splits > 1) {
-        // Split tiles: the rows' partials of this item's split (item number
-        // first_tile + j x tile_stride, split = item % tile_splits as planned).
-        const int split = int((c.first_tile + std::int64_t(j) * c.tile_stride) % p.tile_splits);
+      const TileItem it = tile_item(p, c.first_tile + std::int64_t(j) * c.tile_stride);  // as planned
+      if (it.splits > 1) {
+        // A split item: the rows' partials of its share.
 #pragma unroll
         for (int i = 0; i < 2; ++i)
-          if (at[i] >= 0) at[i] = at[i] * p.tile_splits + split;
+          if (at[i] >= 0) at[i] = at[i] * it.splits + it.split;
         out = p.tile_partial_out;
         lse = p.tile_partial_lse;
+      } else if (p.tile_splits > 1 && (c.lane & 3) == 0) {
+        // A whole tile of a step whose last tiles split: lse slot 0 of its
+        // rows' partials tells the merge to leave them (+inf, never an lse).
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+          if (at[i] >= 0) p.tile_partial_lse[at[i] * p.tile_splits] = __int_as_float(0x7f800000);
       }
       write_tile_rows(p, c, o, m, l, at, out, lse);
     }

@@ -72,9 +72,8 @@ __device__ __forceinline__ void write_plan_header(std::int32_t* header, int requ
   header[PlanHeader::kTailKeys] = max_pos - tail_block * kBlockKeys + 1;
 }
 
-// Plans item number `item` into plan buffer b: tile item / p.tile_splits
-// (tile_of_cta) or, when tiles split, its share item % p.tile_splits of the
-// union. Writes the header, token positions and union list, and the tile's
+// Plans item number `item` into plan buffer b: a tile (tile_of_cta) or, when
+// it splits, its share of the union (tile_item). Writes the header, token positions and union list, and the tile's
 // query rows (converted to the MMA type) in Q buffer b, where the union's
 // scratch lives until the rows overwrite it. kWorkers threads (w in
 // [0, kWorkers), whole warps) run it, `sync` joins them; the caller publishes
@@ -84,9 +83,9 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
                                           int w, int lane, Sync sync) {
   using W = WgmmaTile;
   static_assert(kWorkers >= kTileMaxTokens, "a worker per tile token");
-  const int splits = p.tile_splits > 1 ? p.tile_splits : 1;
-  const int split = int(item % splits);
-  const TileWork t = tile_of_cta(p, item / splits, lane);
+  const TileItem it = tile_item(p, item);
+  const int split = it.split, splits = it.splits;
+  const TileWork t = tile_of_cta(p, it.tile, lane);
   unsigned char* plan = smem + W::kPlans + b * W::kPlanBytes;
   unsigned char* list = plan + W::kHeaderBytes;
   unsigned char* q = smem + W::kQ + b * W::kQBuf;

@@ -108,8 +108,9 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
 
 // One warp per (token, query head) row in [first_row, end_row): out = sum_k
 // w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
-// 0 and -inf when no slot has a partial. Each lane owns 4 of the 128 dims.
-// Runs when gate is null or *gate != 0.
+// 0 and -inf when no slot has a partial; a row whose slot 0 holds +inf (a
+// token tile that ran whole in a step whose last tiles split) is left as it
+// is. Each lane owns 4 of the 128 dims. Runs when gate is null or *gate != 0.
 //   partial_out: [rows, topk, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
 template <bool kF16>
 __global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk,
@@ -121,6 +122,7 @@ __global__ void merge_partials(const std::uint16_t* partial_out, const float* pa
   if (row >= end_row) return;
   const float* l = partial_lse + row * topk;
   const float a = lane < topk ? l[lane] : -INFINITY, b = lane + 32 < topk ? l[lane + 32] : -INFINITY;
+  if (__shfl_sync(0xffffffffu, a, 0) == INFINITY) return;  // uniform over the warp
   float mx = fmaxf(a, b);
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   const float wa = a == -INFINITY ? 0.0f : __expf(a - mx), wb = b == -INFINITY ? 0.0f : __expf(b - mx);

@@ -91,10 +91,14 @@ struct AttendParams {
   // wgmma tile launches of a step that may run key-major: the launch runs
   // min(tile_count, *tile_gate) tiles (the device's choice, key_major.cu); null: tile_count.
   const std::int64_t* tile_gate = nullptr;
-  // Split token tiles (tile_splits > 1): tile_count counts work items, item n
-  // is split n % tile_splits of tile n / tile_splits, and the rows go to the
-  // partials (heuristics.hpp, TileSplitLayout).
+  // Split token tiles (tile_splits > 1): tile_count counts work items; items
+  // below tile_split_from are those tiles whole (their rows go to out / lse,
+  // and lse slot 0 of their partials is +inf: "not split"), item
+  // tile_split_from + n is split n % tile_splits of tile tile_split_from +
+  // n / tile_splits, whose rows go to the partials (heuristics.hpp,
+  // TileSplitLayout; kernel_tile_entries.cuh, tile_item).
   int tile_splits = 1;
+  std::int64_t tile_split_from = 0;
   void* tile_partial_out = nullptr;  // [num_tokens, num_q_heads, tile_splits, 128] out dtype
   float* tile_partial_lse = nullptr;  // [num_tokens, num_q_heads, tile_splits]
   // ---- key-major launch (tile = work item; heuristics.hpp, KeyMajorLayout) ----

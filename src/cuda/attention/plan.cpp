@@ -96,19 +96,22 @@ std::int64_t key_major_rows(const BatchMetadata& meta, const AttentionShape& sha
   return rows;
 }
 
-// Ways the step's prefill token tiles split (heuristics.hpp,
-// choose_tile_splits): only tiles of the persistent wgmma kernel (bf16 / fp16
-// caches) of a step that cannot run key-major; shape.tile_splits forces it.
-int step_tile_splits(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
-                     std::int64_t km_rows) {
+// How the step's prefill token tiles split (heuristics.hpp,
+// choose_tile_split): only tiles of the persistent wgmma kernel (bf16 / fp16
+// caches) of a step that cannot run key-major; shape.tile_splits forces every
+// tile to split that many ways.
+TileSplit step_tile_split(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
+                          std::int64_t km_rows) {
   const int group = shape.num_q_heads / shape.num_kv_heads;
   const int tokens = tile_tokens(group, shape.topk);
   const std::int64_t prefill = std::int64_t(meta.num_tokens) - meta.num_decode_tokens;
   if (prefill <= 0 || km_rows > 0 || !is_half(shape.kv_dtype) || !use_token_tiles(group, shape.topk, splits.prefill) ||
       !use_wgmma_tiles(true, group, tokens))
-    return 1;
-  if (shape.tile_splits > 0) return shape.tile_splits;
-  return choose_tile_splits(tile_ctas(prefill, meta.num_requests, tokens, shape.num_kv_heads), device_sm_count());
+    return {};
+  if (shape.tile_splits > 0) return {shape.tile_splits, 0};
+  const int sms_override = tile_split_sms_override.load(std::memory_order_relaxed);
+  return choose_tile_split(tile_ctas(prefill, meta.num_requests, tokens, shape.num_kv_heads),
+                           sms_override > 0 ? sms_override : device_sm_count(), shape.num_kv_heads);
 }
 
 // Bytes of the whole workspace: the split partials, then the key-major data or
@@ -134,7 +137,7 @@ std::size_t attention_workspace_bytes(const BatchMetadata& meta, const Attention
   const attention::Splits splits = attention::step_splits(meta, shape);
   const std::int64_t km_rows = attention::key_major_rows(meta, shape);
   return attention::workspace_end(meta, shape, splits, km_rows,
-                                  attention::step_tile_splits(meta, shape, splits, km_rows));
+                                  attention::step_tile_split(meta, shape, splits, km_rows).splits);
 }
 
 AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
@@ -149,7 +152,8 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
             " but the plan needs ", layout.bytes, " (", layout.partial_tokens, " tokens x ",
             shape.num_q_heads, " heads x ", layout.max_splits, " splits of fp32 partials)");
   const std::int64_t km_rows = attention::key_major_rows(meta, shape);
-  const int tile_splits = attention::step_tile_splits(meta, shape, splits, km_rows);
+  const attention::TileSplit tile_split = attention::step_tile_split(meta, shape, splits, km_rows);
+  const int tile_splits = tile_split.splits;
   const std::size_t needed = attention::workspace_end(meta, shape, splits, km_rows, tile_splits);
   MSA_CHECK(workspace_bytes >= needed, "attention plan: workspace_bytes = ", workspace_bytes, " but the plan needs ",
             needed, " (the key-major plan, work items and partials, or the split tiles' partials, of a ",
@@ -169,6 +173,7 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
   plan.workspace_bytes = workspace_bytes;
   plan.key_major_rows = km_rows;
   plan.tile_splits = tile_splits;
+  plan.tile_split_from = tile_split.from;
   if (tile_splits > 1) {
     const attention::TileSplitLayout t =
         attention::tile_split_layout(layout.bytes, meta.num_tokens, shape.num_q_heads, tile_splits);
