@@ -112,9 +112,9 @@ struct AttentionShape {
   std::int32_t decode_splits = 0;
   // Ways each prefill token tile's block union is split when the tiles run on
   // the persistent wgmma kernel (bf16 / fp16 caches, query-major): 0 lets the
-  // plan choose (the default: steps with few tiles split every tile, longer
-  // steps only the tiles of a last round at most half full); 1-4 forces that
-  // many ways on every tile.
+  // plan choose (the default: steps with few tiles split every tile, steps of
+  // one or two full rounds only the tiles of a last round at most half full);
+  // 1-4 forces that many ways on every tile.
   std::int32_t tile_splits = 0;
 };
 

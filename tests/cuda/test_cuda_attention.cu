@@ -388,8 +388,8 @@ TEST(CudaAttentionTiles, ShapeTileSplits) {
     // The rule with fewer SMs than the device has, so that this step's last
     // round is at most half full: only the tiles from plan.tile_split_from on
     // split (16/1: 96 tile numbers on 40 SMs, from 80 two ways; 32/4: 204 on
-    // 64, from 192 four ways), the whole ones write out directly.
-    const int sms = q_heads / kv_heads == 16 ? 40 : 64;
+    // 96, from 192 four ways), the whole ones write out directly.
+    const int sms = q_heads / kv_heads == 16 ? 40 : 96;
     att::tile_split_sms_override.store(sms);
     DeviceInputs d(ref.w, meta, ref.topk);
     Planned p = make_plan(meta, d.shape);

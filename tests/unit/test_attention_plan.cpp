@@ -180,10 +180,16 @@ TEST(AttentionPlan, TileSplitsFillTheLastRound) {
   EXPECT_EQ(split(198, kH200Sms), P(2, 132));
   EXPECT_EQ(split(199, kH200Sms).first, 1);
   EXPECT_EQ(split(330, kH200Sms), P(2, 264));     // b=10 q=256 at 16/1: 2.5 rounds
-  EXPECT_EQ(split(2049, kH200Sms).first, 1);      // a 16K-token chunk: its last round holds 69
   EXPECT_EQ(split(2 * 132 + 30, kH200Sms), P(4, 264));
+  // Not after more than kMaxWholeRounds full rounds.
+  EXPECT_EQ(split(3 * 132 + 30, kH200Sms).first, 1);
+  EXPECT_EQ(split(2049, kH200Sms).first, 1);      // a 16K-token chunk (16/1)
+  EXPECT_EQ(split(8196, kH200Sms, 4).first, 1);   // a 16K-token chunk (64/4): a last round of 12
   // The whole tiles end on a KV head boundary (a token's tiles split alike).
-  EXPECT_EQ(split(3 * 130 + 20, 130, 4), P(4, 388));
+  EXPECT_EQ(split(2 * 130 + 20, 130, 4), P(4, 260));
+  // The GPU test's last-round cases (CudaAttentionTiles.ShapeTileSplits).
+  EXPECT_EQ(split(96, 40), P(2, 80));
+  EXPECT_EQ(split(204, 96, 4), P(4, 192));
   EXPECT_EQ(att::tile_split_items(330, att::TileSplit{2, 264}), 264 + 66 * 2);
   EXPECT_EQ(att::tile_split_items(33, att::TileSplit{4, 0}), 132);
   EXPECT_EQ(att::tile_split_items(33, att::TileSplit{}), 33);

@@ -176,7 +176,10 @@ inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
 // Longer steps whose last round is at most half full split only that round's
 // tiles (numbers from `from` on, a multiple of the KV heads), as many ways as
 // fill it, so that the step ends about half a round earlier while the full
-// rounds run whole tiles (splitting them costs more than it saves). Measured
+// rounds run whole tiles (splitting them costs more than it saves); only
+// after at most kMaxWholeRounds full rounds, since the half round saved is a
+// small share of a longer step while every prefill row still passes the
+// merge and the partials span every token (measured: one and two). Measured
 // on the H200 (bench/RESULTS.md, clustered, 16/1 bf16): 33 tiles (b=1,
 // 256-token chunk) 47.5 -> 27.0 us with every tile split 4 ways; 330 tiles
 // (b=10, 256 tokens) 127.4-127.9 -> 117.8-118.3 us (ctx 17K) with the last 66
@@ -184,6 +187,7 @@ inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
 // (b=1, 1536 tokens) 81.1-81.2 us with every tile split 2 ways, 73.3-73.5
 // with the last 61 split 2 ways.
 inline constexpr int kMaxTileSplits = 4;
+inline constexpr int kMaxWholeRounds = 2;
 struct TileSplit {
   int splits = 1;          // ways each split tile's union is divided
   std::int64_t from = 0;   // tiles below this number run whole
@@ -191,6 +195,7 @@ struct TileSplit {
 inline TileSplit choose_tile_split(std::int64_t tiles, int num_sms, int num_kv_heads) {
   if (tiles <= 0 || num_sms <= 0 || num_kv_heads <= 0) return {};
   if (2 * tiles <= num_sms) return {int(std::min<std::int64_t>(kMaxTileSplits, num_sms / tiles)), 0};
+  if (tiles / num_sms > kMaxWholeRounds) return {};
   const std::int64_t from = tiles / num_sms * num_sms / num_kv_heads * num_kv_heads;
   const std::int64_t tail = tiles - from;
   if (tail <= 0 || 2 * tail > num_sms) return {};
