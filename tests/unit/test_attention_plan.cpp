@@ -274,22 +274,10 @@ TEST(AttentionPlan, WgmmaTilesForWholeTokensPerWarpgroup) {
   EXPECT_FALSE(att::use_wgmma_tiles(true, 8, tile_tokens(8, 64)));  // 8 tokens: 64 rows
   EXPECT_FALSE(att::use_wgmma_tiles(true, 12, tile_tokens(12, 16)));  // 120 rows, tokens across warpgroups
   EXPECT_FALSE(att::use_wgmma_tiles(true, 1, tile_tokens(1, 16)));  // 32 rows
-  EXPECT_FALSE(att::use_wgmma_tiles(false, 16, tile_tokens(16, 16)));  // nvfp4, fp8 with token scales
+  EXPECT_FALSE(att::use_wgmma_tiles(false, 16, tile_tokens(16, 16)));  // the caller's cache condition
   att::wgmma_tiles_override = 1;  // tests force the mma.sync tiles
   EXPECT_FALSE(att::use_wgmma_tiles(true, 16, tile_tokens(16, 16)));
   att::wgmma_tiles_override = 0;
-}
-
-TEST(AttentionPlan, WgmmaCachesAreEveryKvDtype) {
-  namespace att = msa::cuda::attention;
-  using msa::DType;
-  using msa::ScaleMode;
-  EXPECT_TRUE(att::wgmma_cache(DType::bf16, ScaleMode::none));
-  EXPECT_TRUE(att::wgmma_cache(DType::fp16, ScaleMode::none));
-  EXPECT_TRUE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_tensor));
-  EXPECT_TRUE(att::wgmma_cache(DType::fp8_e5m2, ScaleMode::per_tensor));
-  EXPECT_TRUE(att::wgmma_cache(DType::fp8_e4m3, ScaleMode::per_token_head));
-  EXPECT_TRUE(att::wgmma_cache(DType::nvfp4, ScaleMode::none));
 }
 
 TEST(AttentionPlan, TilePassKeysDefaultAndOverride) {

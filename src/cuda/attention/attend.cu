@@ -264,7 +264,7 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     p.tile_count = tiles_ctas;
     KvMaps maps;
     // nvfp4 needs no tensor map: its producer bulk-copies the head-slot runs.
-    if (use_wgmma_tiles(wgmma_cache(args.cache.dtype, args.cache.scale_mode), group, tokens_per_tile) &&
+    if (use_wgmma_tiles(true, group, tokens_per_tile) &&
         (args.cache.dtype == DType::nvfp4 || make_kv_maps(args.cache, maps))) {
       // A step that may run key-major: the k2q plan and the device's choice
       // first; both kernels launch, the one not chosen exits at once.

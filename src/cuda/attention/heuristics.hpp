@@ -150,19 +150,15 @@ inline std::int64_t tile_ctas(std::int64_t prefill_tokens, int num_requests, int
 }
 
 // Token tiles run on the wgmma kernel (kernel_wgmma_tile.cuh: two warpgroups
-// of 64 rows, TMA loads) for bf16 / fp16 caches, fp8 caches without
-// per-token scales and nvfp4 caches (`wgmma_cache`), when a tile is exactly 128 rows and a
-// warpgroup holds whole tokens (G in 2, 4, 8, 16 with few enough top-k
-// entries); otherwise, and when the cache layout has no TMA map, on the
-// mma.sync tile kernel. wgmma_tiles_override = 1 forces the mma.sync kernel
-// (tests run both).
+// of 64 rows, TMA loads; every KV dtype, fp8 and nvfp4 widened in the kernel)
+// when a tile is exactly 128 rows and a warpgroup holds whole tokens (G in 2,
+// 4, 8, 16 with few enough top-k entries); otherwise, and when the cache
+// layout has no TMA map, on the mma.sync tile kernel. cache_ok: the caller's
+// own condition on the cache (key-major: bf16 / fp16 only).
+// wgmma_tiles_override = 1 forces the mma.sync kernel (tests run both).
 inline std::atomic<int> wgmma_tiles_override{0};
-// The caches the wgmma kernel reads: bf16 / fp16 as they are, fp8 (per-tensor
-// or per-(token, head) scales: the latter on the score columns and the
-// probabilities) and nvfp4 widened in the kernel.
-inline bool wgmma_cache(DType kv, ScaleMode) { return is_half(kv) || is_fp8(kv) || kv == DType::nvfp4; }
-inline bool use_wgmma_tiles(bool wgmma_cache, int group, int tokens_per_tile) {
-  return wgmma_cache && wgmma_tiles_override.load(std::memory_order_relaxed) != 1 && group > 0 && 64 % group == 0 &&
+inline bool use_wgmma_tiles(bool cache_ok, int group, int tokens_per_tile) {
+  return cache_ok && wgmma_tiles_override.load(std::memory_order_relaxed) != 1 && group > 0 && 64 % group == 0 &&
          group * tokens_per_tile == kTileRows;
 }
 

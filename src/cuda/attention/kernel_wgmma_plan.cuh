@@ -73,8 +73,9 @@ __device__ __forceinline__ void write_plan_header(std::int32_t* header, int requ
 }
 
 // Plans item number `item` into plan buffer b: a tile (tile_of_cta) or, when
-// it splits, its share of the union (tile_item). Writes the header, token positions and union list, and the tile's
-// query rows (converted to the MMA type) in Q buffer b, where the union's
+// it splits, its share of the union (tile_item). Writes the header, token
+// positions and union list, and the tile's query rows (converted to the MMA
+// type) in Q buffer b, where the union's
 // scratch lives until the rows overwrite it. kWorkers threads (w in
 // [0, kWorkers), whole warps) run it, `sync` joins them; the caller publishes
 // the plan.

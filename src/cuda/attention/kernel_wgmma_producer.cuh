@@ -102,10 +102,10 @@ __device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero)
 // (load_raw(plane, i, slot, raw barrier), plane 0 = K) once the slot is free:
 // K(i + 1) as soon as its slot is, V(i + 1) once V(i) is published, so that no
 // wait closes a cycle with the consumers. Every thread widens one K row and
-// one V row per block (widen(plane, i, plane tile, row, zero); the tail block's V rows
-// past the last position read as zero), and K and V are published apart: by
-// thread 0 after the warpgroup's barrier, or by every thread (every_thread,
-// WgmmaTile::full_arrivals).
+// one V row per block (widen(plane, i, plane tile, row, zero); the tail
+// block's V rows past the last position read as zero), and K and V are
+// published apart: by thread 0 after the warpgroup's barrier, or by every
+// thread (every_thread, WgmmaTile::full_arrivals).
 template <class LoadRaw, class Widen>
 __device__ __forceinline__ void widen_blocks(const TileEntries& entries, int n, int tail_block, int tail_keys,
                                              unsigned char* smem, const WgmmaBars& bar, int ptid, int g0,
