@@ -83,29 +83,6 @@ std::uint32_t load_u32(const std::uint8_t* p) {
   return std::uint32_t(p[0]) | (std::uint32_t(p[1]) << 8) | (std::uint32_t(p[2]) << 16) | (std::uint32_t(p[3]) << 24);
 }
 
-// ldmatrix.x4 (b16): lane 8m + r gives the byte offset of row r of matrix m;
-// lane l receives, for matrix m, the 32 bits at bytes 4 (l % 4) of row l / 4
-// (non-trans) or the 16-bit elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4]
-// (trans), low half first.
-using Regs = std::array<std::array<std::uint32_t, 4>, 32>;  // [lane][matrix]
-Regs ldmatrix_x4(const std::vector<std::uint8_t>& plane, const std::array<int, 32>& row_offset, bool trans) {
-  Regs out{};
-  for (int l = 0; l < 32; ++l)
-    for (int m = 0; m < 4; ++m) {
-      auto row = [&](int r) { return plane.data() + row_offset[std::size_t(8 * m + r)]; };
-      if (!trans) {
-        out[std::size_t(l)][std::size_t(m)] = load_u32(row(l / 4) + 4 * (l % 4));
-      } else {
-        const int c = l / 4, r0 = 2 * (l % 4);
-        const std::uint8_t* a = row(r0) + 2 * c;
-        const std::uint8_t* b = row(r0 + 1) + 2 * c;
-        out[std::size_t(l)][std::size_t(m)] = std::uint32_t(a[0]) | (std::uint32_t(a[1]) << 8) |
-                                              (std::uint32_t(b[0]) << 16) | (std::uint32_t(b[1]) << 24);
-      }
-    }
-  return out;
-}
-
 using AFrag = msa::test::AFragment<double>;
 using BFrag = msa::test::BFragment<double>;
 using CFrag = msa::test::CFragment<double>;
@@ -165,13 +142,11 @@ void check_warp_products(std::uint32_t seed) {
     // ---- S = Q K^T: 4 n-tiles of 8 keys; one ldmatrix.x4 per n-tile covers all 8 k-steps.
     CFrag s[4] = {};
     for (int nt = 0; nt < 4; ++nt) {
-      std::array<int, 32> rows{};
-      for (int l = 0; l < 32; ++l) {
+      const auto r = msa::test::ldmatrix_x4(kplane, [&](int l) {
         int key = 0, chunk = 0;
         f::k_source(l, key_base, nt, key, chunk);
-        rows[std::size_t(l)] = f::raw_offset(key, chunk);
-      }
-      const Regs r = ldmatrix_x4(kplane, rows, false);
+        return f::raw_offset(key, chunk);
+      }, false);
       for (int m = 0; m < 4; ++m) {
         BFrag b_even{}, b_odd{};  // k-steps 2m and 2m + 1
         for (int l = 0; l < 32; ++l) {
@@ -182,7 +157,7 @@ void check_warp_products(std::uint32_t seed) {
           EXPECT_EQ(int(sbyte), ks_[std::size_t(key * kGroups + 2 * m + (l % 4) / 2)]) << "scale_bytes lane " << l << " m " << m;
           const double sc = double(msa::num::e4m3_to_float(sbyte));
           std::uint32_t pairs[4];
-          f::e2m1x8_to_pairs<kF16>(r[std::size_t(l)][std::size_t(m)], pairs);
+          f::e2m1x8_to_pairs<kF16>(msa::test::reg_word(r[std::size_t(l)][std::size_t(m)]), pairs);
           b_even[std::size_t(l)] = {scaled(lo_half<kF16>(pairs[0]), sc), scaled(hi_half<kF16>(pairs[0]), sc),
                                     scaled(lo_half<kF16>(pairs[1]), sc), scaled(hi_half<kF16>(pairs[1]), sc)};
           b_odd[std::size_t(l)] = {scaled(lo_half<kF16>(pairs[2]), sc), scaled(hi_half<kF16>(pairs[2]), sc),
@@ -208,21 +183,19 @@ void check_warp_products(std::uint32_t seed) {
       const AFrag a = msa::test::a_fragment<double>(
           [&](int row, int key) { return double(p[std::size_t(row * kKeys + key)]); }, key_base + 16 * kk);
       for (int cp = 0; cp < 2; ++cp) {
-        std::array<int, 32> rows{};
-        for (int l = 0; l < 32; ++l) {
+        const auto r = msa::test::ldmatrix_x4(vplane, [&](int l) {
           int key = 0, chunk = 0;
           f::v_source(l, key_base, kk, cp, key, chunk);
-          rows[std::size_t(l)] = f::raw_offset(key, chunk);
-        }
-        const Regs r = ldmatrix_x4(vplane, rows, true);
+          return f::raw_offset(key, chunk);
+        }, true);
         for (int cc = 0; cc < 2; ++cc) {
           const int chunk = 2 * cp + cc;
           BFrag b[4] = {};  // n-tiles 4 chunk + e
           for (int l = 0; l < 32; ++l) {
             const int k0 = key_base + 16 * kk + 2 * (l % 4), group = 2 * chunk + (l >> 4);
             std::uint32_t p0[4], p1[4];
-            f::e2m1x8_to_pairs<kF16>(r[std::size_t(l)][std::size_t(2 * cc)], p0);
-            f::e2m1x8_to_pairs<kF16>(r[std::size_t(l)][std::size_t(2 * cc + 1)], p1);
+            f::e2m1x8_to_pairs<kF16>(msa::test::reg_word(r[std::size_t(l)][std::size_t(2 * cc)]), p0);
+            f::e2m1x8_to_pairs<kF16>(msa::test::reg_word(r[std::size_t(l)][std::size_t(2 * cc + 1)]), p1);
             for (int e = 0; e < 4; ++e) {
               const std::uint32_t sel = (e & 1) ? f::kPairHigh : f::kPairLow;
               const std::uint32_t b0 = f::prmt(p0[e / 2], p0[2 + e / 2], sel);

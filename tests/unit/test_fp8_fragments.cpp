@@ -28,25 +28,7 @@ std::vector<std::uint8_t> make_plane(const std::vector<int>& codes) {
 
 int decode(std::uint8_t code) { return int(code) - 8; }  // a stand-in for the fp8 conversion
 
-// ldmatrix.x4 (b16): lane 8m + r gives the byte offset of row r of matrix m;
-// lane l receives, for matrix m, the 32 bits at bytes 4 (l % 4) of row l / 4
-// (non-trans) or the 16-bit elements [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4]
-// (trans), low half first. Returned as 4 bytes per (lane, matrix).
-using Regs = std::array<std::array<std::array<std::uint8_t, 4>, 4>, 32>;  // [lane][matrix][byte]
-Regs ldmatrix_x4(const std::vector<std::uint8_t>& plane, const std::array<int, 32>& row_offset, bool trans) {
-  Regs out{};
-  for (int l = 0; l < 32; ++l)
-    for (int m = 0; m < 4; ++m) {
-      auto row = [&](int r) { return plane.data() + row_offset[std::size_t(8 * m + r)]; };
-      if (!trans) {
-        for (int b = 0; b < 4; ++b) out[l][m][b] = row(l / 4)[4 * (l % 4) + b];
-      } else {
-        const int c = l / 4, r0 = 2 * (l % 4);
-        out[l][m] = {row(r0)[2 * c], row(r0)[2 * c + 1], row(r0 + 1)[2 * c], row(r0 + 1)[2 * c + 1]};
-      }
-    }
-  return out;
-}
+using Regs = msa::test::LdmatrixRegs;
 
 // prmt(x, sel): result byte i is x's byte (sel >> 4 i) & 7 (only bytes 0-3 used here).
 std::array<std::uint8_t, 4> prmt(const std::array<std::uint8_t, 4>& x, unsigned sel) {
@@ -95,13 +77,11 @@ TEST(Fp8Fragments, WarpProductsAreExact) {
     CFrag s[4] = {};
     for (int jp = 0; jp < 4; ++jp)
       for (int np = 0; np < 2; ++np) {
-        std::array<int, 32> rows{};
-        for (int l = 0; l < 32; ++l) {
+        const Regs r = msa::test::ldmatrix_x4(kplane, [&](int l) {
           int key = 0, chunk = 0;
           f::k_source(l, key_base, np, jp, key, chunk);
-          rows[std::size_t(l)] = f::raw_offset(key, chunk);
-        }
-        const Regs r = ldmatrix_x4(kplane, rows, false);
+          return f::raw_offset(key, chunk);
+        }, false);
         for (int m = 0; m < 4; ++m) {
           const int nt = 2 * np + (m >> 1), ks = 2 * jp + (m & 1);
           const AFrag a =
@@ -127,13 +107,11 @@ TEST(Fp8Fragments, WarpProductsAreExact) {
       const AFrag a = msa::test::a_fragment<long>(
           [&](int row, int key) { return long(p[std::size_t(row * kKeys + key)]); }, key_base + 16 * kk);
       for (int jp = 0; jp < 4; ++jp) {
-        std::array<int, 32> rows{};
-        for (int l = 0; l < 32; ++l) {
+        const Regs r = msa::test::ldmatrix_x4(vplane, [&](int l) {
           int key = 0, chunk = 0;
           f::v_source(l, key_base, kk, jp, key, chunk);
-          rows[std::size_t(l)] = f::raw_offset(key, chunk);
-        }
-        const Regs r = ldmatrix_x4(vplane, rows, true);
+          return f::raw_offset(key, chunk);
+        }, true);
         for (int c = 0; c < 2; ++c) {
           const int j = 2 * jp + c;
           BFrag even{}, odd{};

@@ -1,14 +1,45 @@
-// One mma.m16n8k16 over a warp, emulated on the CPU with the PTX fragment
-// layouts (g = lane / 4, t = lane % 4), for the tests that replay the row
-// kernel's fragment arithmetic (test_fp8_fragments, test_fp4_fragments).
+// One mma.m16n8k16 and one ldmatrix.x4 over a warp, emulated on the CPU with
+// the PTX fragment layouts (g = lane / 4, t = lane % 4), for the tests that
+// replay the row kernel's fragment arithmetic (test_fp8_fragments,
+// test_fp4_fragments).
 //   a[lane] = {a0..a7}, b[lane] = {b0 low, b0 high, b1 low, b1 high},
 //   c[lane] = {c0..c3}: rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace msa::test {
+
+// ldmatrix.x4 (b16) from a byte plane: lane 8m + r gives, as row_offset(8m +
+// r), the byte offset of row r of matrix m; lane l receives, for matrix m, the
+// 32 bits at bytes 4 (l % 4) of row l / 4 (non-trans) or the 16-bit elements
+// [2 (l % 4)][l / 4] and [2 (l % 4) + 1][l / 4] (trans), low half first.
+// Returned as 4 bytes per (lane, matrix), byte 0 the lowest.
+using LdmatrixRegs = std::array<std::array<std::array<std::uint8_t, 4>, 4>, 32>;  // [lane][matrix][byte]
+template <class RowOffset>
+LdmatrixRegs ldmatrix_x4(const std::vector<std::uint8_t>& plane, RowOffset row_offset, bool trans) {
+  std::array<int, 32> offset{};
+  for (int l = 0; l < 32; ++l) offset[std::size_t(l)] = row_offset(l);
+  LdmatrixRegs out{};
+  for (std::size_t l = 0; l < 32; ++l)
+    for (std::size_t m = 0; m < 4; ++m) {
+      auto row = [&](std::size_t r) { return plane.data() + offset[8 * m + r]; };
+      if (!trans) {
+        for (std::size_t b = 0; b < 4; ++b) out[l][m][b] = row(l / 4)[4 * (l % 4) + b];
+      } else {
+        const std::size_t c = l / 4, r0 = 2 * (l % 4);
+        out[l][m] = {row(r0)[2 * c], row(r0)[2 * c + 1], row(r0 + 1)[2 * c], row(r0 + 1)[2 * c + 1]};
+      }
+    }
+  return out;
+}
+// The 32-bit register of 4 bytes, byte 0 the lowest.
+inline std::uint32_t reg_word(const std::array<std::uint8_t, 4>& b) {
+  return std::uint32_t(b[0]) | (std::uint32_t(b[1]) << 8) | (std::uint32_t(b[2]) << 16) | (std::uint32_t(b[3]) << 24);
+}
 
 template <class T>
 using AFragment = std::array<std::array<T, 8>, 32>;
