@@ -167,15 +167,13 @@ void check_warp_products(std::uint32_t seed) {
         mma(s[nt], a_query(2 * m + 1), b_odd);
       }
     }
-    for (int l = 0; l < 32; ++l)
-      for (int nt = 0; nt < 4; ++nt)
-        for (int e = 0; e < 4; ++e) {
-          const int row = l / 4 + (e >= 2 ? 8 : 0), key = key_base + 8 * nt + 2 * (l % 4) + (e & 1);
-          double want = 0;
-          for (int d = 0; d < kDim; ++d) want += double(q[std::size_t(row * kDim + d)]) * ref_value(kc, ks_, key, d);
-          ASSERT_EQ(s[nt][std::size_t(l)][std::size_t(e)], want)
-              << (kF16 ? "fp16" : "bf16") << " warp " << warp << " lane " << l << " n-tile " << nt << " e " << e;
-        }
+    const std::string mma_type = kF16 ? "fp16" : "bf16";
+    ASSERT_NO_FATAL_FAILURE(msa::test::expect_accumulators(s, [&](int nt, int row, int column) {
+      const int key = key_base + 8 * nt + column;
+      double want = 0;
+      for (int d = 0; d < kDim; ++d) want += double(q[std::size_t(row * kDim + d)]) * ref_value(kc, ks_, key, d);
+      return want;
+    }, mma_type + " S, warp " + std::to_string(warp)));
 
     // ---- O = P V: the probabilities in the score accumulators' layout, 2 k-steps, 16 n-tiles.
     CFrag o[16] = {};
@@ -210,17 +208,12 @@ void check_warp_products(std::uint32_t seed) {
         }
       }
     }
-    for (int l = 0; l < 32; ++l)
-      for (int t = 0; t < 16; ++t)
-        for (int e = 0; e < 4; ++e) {
-          const int row = l / 4 + (e >= 2 ? 8 : 0), dim = f::out_dim(t, l % 4, e & 1);
-          double want = 0;
-          for (int k = key_base; k < key_base + 32; ++k)
-            want += double(p[std::size_t(row * kKeys + k)]) * ref_value(vc, vs, k, dim);
-          ASSERT_EQ(o[t][std::size_t(l)][std::size_t(e)], want)
-              << (kF16 ? "fp16" : "bf16") << " warp " << warp << " lane " << l << " n-tile " << t << " e " << e
-              << " dim " << dim;
-        }
+    ASSERT_NO_FATAL_FAILURE(msa::test::expect_accumulators(o, [&](int t, int row, int column) {
+      const int dim = f::out_dim(t, column / 2, column & 1);
+      double want = 0;
+      for (int k = key_base; k < key_base + 32; ++k) want += double(p[std::size_t(row * kKeys + k)]) * ref_value(vc, vs, k, dim);
+      return want;
+    }, mma_type + " O, warp " + std::to_string(warp)));
   }
   EXPECT_EQ(inexact, 0) << "scaled values not exact in " << (kF16 ? "fp16" : "bf16");
 }

@@ -92,14 +92,12 @@ TEST(Fp8Fragments, WarpProductsAreExact) {
           mma(s[nt], a, b);
         }
       }
-    for (int l = 0; l < 32; ++l)
-      for (int nt = 0; nt < 4; ++nt)
-        for (int e = 0; e < 4; ++e) {
-          const int row = l / 4 + (e >= 2 ? 8 : 0), key = key_base + 8 * nt + 2 * (l % 4) + (e & 1);
-          long want = 0;
-          for (int d = 0; d < kDim; ++d) want += long(q[std::size_t(row * kDim + d)]) * decode(std::uint8_t(kc[std::size_t(key * kDim + d)]));
-          ASSERT_EQ(s[nt][l][e], want) << "warp " << warp << " lane " << l << " n-tile " << nt << " e " << e;
-        }
+    ASSERT_NO_FATAL_FAILURE(msa::test::expect_accumulators(s, [&](int nt, int row, int column) {
+      const int key = key_base + 8 * nt + column;
+      long want = 0;
+      for (int d = 0; d < kDim; ++d) want += long(q[std::size_t(row * kDim + d)]) * decode(std::uint8_t(kc[std::size_t(key * kDim + d)]));
+      return want;
+    }, "S, warp " + std::to_string(warp)));
 
     // ---- O = P V: the probabilities in the score accumulators' layout, 2 k-steps, 16 n-tiles.
     CFrag o[16] = {};
@@ -125,15 +123,13 @@ TEST(Fp8Fragments, WarpProductsAreExact) {
         }
       }
     }
-    for (int l = 0; l < 32; ++l)
-      for (int t = 0; t < 16; ++t)
-        for (int e = 0; e < 4; ++e) {
-          const int row = l / 4 + (e >= 2 ? 8 : 0), dim = f::out_dim(t, l % 4, e & 1);
-          long want = 0;
-          for (int k = key_base; k < key_base + 32; ++k)
-            want += long(p[std::size_t(row * kKeys + k)]) * decode(std::uint8_t(vc[std::size_t(k * kDim + dim)]));
-          ASSERT_EQ(o[t][l][e], want) << "warp " << warp << " lane " << l << " n-tile " << t << " e " << e;
-        }
+    ASSERT_NO_FATAL_FAILURE(msa::test::expect_accumulators(o, [&](int t, int row, int column) {
+      const int dim = f::out_dim(t, column / 2, column & 1);
+      long want = 0;
+      for (int k = key_base; k < key_base + 32; ++k)
+        want += long(p[std::size_t(row * kKeys + k)]) * decode(std::uint8_t(vc[std::size_t(k * kDim + dim)]));
+      return want;
+    }, "O, warp " + std::to_string(warp)));
   }
 }
 

@@ -6,9 +6,12 @@
 //   c[lane] = {c0..c3}: rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace msa::test {
@@ -85,6 +88,21 @@ void warp_mma(CFragment<T>& c, const AFragment<T>& a, const BFragment<T>& b) {
       for (std::size_t k = 0; k < 16; ++k) c[l][e] += A[row][k] * B[k][col];
     }
   }
+}
+
+// Checks every accumulator of the n-tiles c[0 .. N): element e of lane l of
+// n-tile t (row l / 4, + 8 for e >= 2; column 2 (l % 4) + (e & 1)) must equal
+// want(t, row, column). Fatal on the first mismatch (ASSERT_NO_FATAL_FAILURE
+// at the caller stops there); `what` leads the message.
+template <class T, std::size_t N, class Want>
+void expect_accumulators(const CFragment<T> (&c)[N], Want want, const std::string& what) {
+  for (int l = 0; l < 32; ++l)
+    for (std::size_t t = 0; t < N; ++t)
+      for (int e = 0; e < 4; ++e) {
+        const int row = l / 4 + (e >= 2 ? 8 : 0), column = 2 * (l % 4) + (e & 1);
+        ASSERT_EQ(c[t][std::size_t(l)][std::size_t(e)], want(int(t), row, column))
+            << what << " lane " << l << " n-tile " << t << " e " << e;
+      }
 }
 
 }  // namespace msa::test
