@@ -48,23 +48,21 @@ struct Consumer {
 //   o: the warpgroup's 64 x 128 output fragment; pa: P as 8 A fragments
 template <bool kF16>
 __device__ __forceinline__ void issue_pv(float (&o)[64], std::uint32_t (&pa)[8][4], std::uint32_t v_base, int slot) {
+  const sm90::Sw128Desc v = sm90::sw128_desc(v_base, WgmmaTile::kAtomBytes, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
-    const std::uint64_t b = sm90::sw128_desc(v_base + slot * WgmmaTile::kPlaneBytes + kk * 2048, WgmmaTile::kAtomBytes, 1024);
-    sm90::wgmma_rs<kF16>(o, pa[kk], b, 1);
-  }
+  for (int kk = 0; kk < 8; ++kk) sm90::wgmma_rs<kF16>(o, pa[kk], v.at(slot * WgmmaTile::kPlaneBytes + kk * 2048), 1);
 }
 
 // S = Q K(slot)^T, Q and K from shared memory.
 //   sc: the warpgroup's 64 x 128 score fragment
 template <bool kF16>
 __device__ __forceinline__ void issue_qk(float (&sc)[64], std::uint32_t q_base, std::uint32_t k_base, int slot) {
+  const sm90::Sw128Desc q = sm90::sw128_desc(q_base, 16, 1024), k = sm90::sw128_desc(k_base, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    const std::uint64_t a = sm90::sw128_desc(q_base + (kk >> 2) * WgmmaTile::kQAtomBytes + (kk & 3) * 32, 16, 1024);
-    const std::uint64_t b = sm90::sw128_desc(
-        k_base + slot * WgmmaTile::kPlaneBytes + (kk >> 2) * WgmmaTile::kAtomBytes + (kk & 3) * 32, 16, 1024);
-    sm90::wgmma_ss<kF16>(sc, a, b, kk > 0 ? 1 : 0);
+    const std::uint32_t step = (kk >> 2) * WgmmaTile::kQAtomBytes + (kk & 3) * 32;  // 16 dims
+    const std::uint32_t k_step = slot * WgmmaTile::kPlaneBytes + (kk >> 2) * WgmmaTile::kAtomBytes + (kk & 3) * 32;
+    sm90::wgmma_ss<kF16>(sc, q.at(step), k.at(k_step), kk > 0 ? 1 : 0);
   }
 }
 
