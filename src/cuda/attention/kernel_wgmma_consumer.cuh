@@ -170,8 +170,12 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     if (j > 0) sm90::named_barrier_sync(W::kPlanFull + b, W::kPlanFullThreads);
     const auto* header = reinterpret_cast<const std::int32_t*>(c.plan(b));
     const TileEntries entries = c.entries(b);
-    const int n = header[PlanHeader::kEntries], first = header[PlanHeader::kFirst];
-    const int count = header[PlanHeader::kCount], head = header[PlanHeader::kHead];
+    // The header's fields, the same for the whole warp, broadcast from lane 0
+    // so that the compiler keeps them and the loop's control in uniform registers.
+    const int n = sm90::warp_uniform(header[PlanHeader::kEntries]);
+    const int first = sm90::warp_uniform(header[PlanHeader::kFirst]);
+    const int count = sm90::warp_uniform(header[PlanHeader::kCount]);
+    const int head = sm90::warp_uniform(header[PlanHeader::kHead]);
     int pos[2];
     std::uint64_t bit[2];
 #pragma unroll
@@ -195,7 +199,8 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
 
     bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
     for (int i = 0; i <= n; ++i) {
-      const bool active = i < n && (entries.mask[i] & wg_tokens) != 0;
+      // (a vote: the same for every lane, and a uniform predicate to the compiler)
+      const bool active = __any_sync(0xffffffffu, i < n && (entries.mask[i] & wg_tokens) != 0);
       const int s = ring_slot(g0 + i), sp = ring_slot(g0 + i + W::kSlots - 1);
       if (i < n) sm90::mbar_wait(c.bar.full_k(s), ring_parity(g0 + i));
       if (prev_active) sm90::mbar_wait(c.bar.full_v(sp), ring_parity(g0 + i - 1));
@@ -238,7 +243,7 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
         pass_turn();
       }
       __syncwarp();
-      if (c.lane == 0) {  // one arrival per warp and block, whether it attended the block or not
+      if (sm90::elect_one()) {  // one arrival per warp and block, whether it attended the block or not
         if (i > 0) sm90::mbar_arrive(c.bar.empty_v(sp));
         if (i < n) sm90::mbar_arrive(c.bar.empty_k(s));
       }

@@ -166,6 +166,18 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// x as lane 0 holds it: for values the whole warp shares, so that the
+// compiler may keep them (and what derives from them) in uniform registers.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
+// True on one lane of the (converged) warp, without reading the lane index.
+__device__ __forceinline__ bool elect_one() {
+  std::uint32_t elected = 0;
+  asm volatile(
+      "{\n.reg .pred p;\n.reg .b32 lane;\nelect.sync lane|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(elected));
+  return elected != 0;
+}
+
 // Named barrier `id` (1..15) of `threads` threads (a multiple of 32): sync
 // waits for all of them; arrive counts this warp in without waiting.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
