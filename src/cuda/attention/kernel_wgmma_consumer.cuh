@@ -60,9 +60,10 @@ __device__ __forceinline__ void issue_qk(float (&sc)[64], std::uint32_t q_base, 
   const sm90::Sw128Desc q = sm90::sw128_desc(q_base, 16, 1024), k = sm90::sw128_desc(k_base, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < 8; ++kk) {
-    const std::uint32_t step = (kk >> 2) * WgmmaTile::kQAtomBytes + (kk & 3) * 32;  // 16 dims
+    // dims 16 kk .. 16 kk + 15 of the Q rows and of the slot's K rows
+    const std::uint32_t q_step = (kk >> 2) * WgmmaTile::kQAtomBytes + (kk & 3) * 32;
     const std::uint32_t k_step = slot * WgmmaTile::kPlaneBytes + (kk >> 2) * WgmmaTile::kAtomBytes + (kk & 3) * 32;
-    sm90::wgmma_ss<kF16>(sc, q.at(step), k.at(k_step), kk > 0 ? 1 : 0);
+    sm90::wgmma_ss<kF16>(sc, q.at(q_step), k.at(k_step), kk > 0 ? 1 : 0);
   }
 }
 
