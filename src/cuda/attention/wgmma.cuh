@@ -1,5 +1,5 @@
 // Hopper (sm_90a) primitives of the wgmma token-tile kernel: descriptors of
-// 128-byte-swizzled shared-memory tiles, wgmma m64n128k16 with fp32
+// 128-byte-swizzled shared-memory tiles (wgmma_desc.hpp), wgmma m64n128k16 with fp32
 // accumulators (A from shared memory or from registers, B from shared
 // memory), the wgmma fences, mbarriers, TMA tensor loads and the proxy fence.
 //
@@ -10,25 +10,9 @@
 
 #include <cstdint>
 
-namespace msa::cuda::attention::sm90 {
+#include "cuda/attention/wgmma_desc.hpp"
 
-// ---- shared-memory matrix descriptors -----------------------------------------------
-// addr: shared address of the first element; lbo / sbo: leading / stride byte
-// offsets (K-major: sbo = the stride of 8-row groups, lbo unused; MN-major:
-// lbo = the stride of 64-element groups along M/N, sbo = the stride of 8-row
-// groups along K); mode 1 = 128-byte swizzle. Kept as its two words: lo (start
-// address >> 4, lbo) and hi (sbo, mode). The operand `bytes` further on (a
-// multiple of 16 inside shared memory, so that the 14-bit address field does
-// not carry) is lo + bytes / 16: one add per wgmma instead of the encoding.
-struct Sw128Desc {
-  std::uint32_t lo, hi;
-  __device__ std::uint64_t at(std::uint32_t bytes) const {
-    return (std::uint64_t(hi) << 32) | std::uint64_t(lo + (bytes >> 4));
-  }
-};
-__device__ __forceinline__ Sw128Desc sw128_desc(std::uint32_t addr, std::uint32_t lbo, std::uint32_t sbo) {
-  return {((addr & 0x3FFFFu) >> 4) | ((lbo >> 4) << 16), (sbo >> 4) | (1u << 30)};
-}
+namespace msa::cuda::attention::sm90 {
 
 // ---- wgmma ------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
