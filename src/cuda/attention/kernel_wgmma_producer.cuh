@@ -87,11 +87,8 @@ __device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero)
     for (int c = 0; c < 8; ++c) {  // 16-byte output chunk c: codes 8c .. 8c + 7 of this half
       const std::uint32_t lo = (c & 1) ? in[c >> 1].z : in[c >> 1].x;
       const std::uint32_t hi = (c & 1) ? in[c >> 1].w : in[c >> 1].y;
-      auto widen = [](std::uint32_t two) {
-        const auto codes = std::uint16_t(two);
-        return f16x2_to_mma<kF16>(kKind == KvKind::e4m3 ? e4m3x2_to_f16x2(codes) : e5m2x2_to_f16x2(codes));
-      };
-      const uint4 out = make_uint4(widen(lo & 0xffffu), widen(lo >> 16), widen(hi & 0xffffu), widen(hi >> 16));
+      const uint4 out = make_uint4(fp8x2_to_mma<kKind, kF16>(lo), fp8x2_to_mma<kKind, kF16>(lo >> 16),
+                                   fp8x2_to_mma<kKind, kF16>(hi), fp8x2_to_mma<kKind, kF16>(hi >> 16));
       *reinterpret_cast<uint4*>(slot + half * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) = out;
     }
   }
@@ -202,7 +199,7 @@ __device__ __forceinline__ void widen_row_fp4(unsigned char* slot, int r, bool z
 #pragma unroll
   for (int g2 = 0; g2 < 4; ++g2) {  // scale groups 2 g2, 2 g2 + 1 (dims 32 g2 .. 32 g2 + 31)
     const std::uint32_t two = g2 < 2 ? sc8.x >> (16 * g2) : sc8.y >> (16 * (g2 - 2));
-    const std::uint32_t pair = f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(two & 0xffffu)));
+    const std::uint32_t pair = fp8x2_to_mma<KvKind::e4m3, kF16>(two);
     const std::uint32_t scale[2] = {fp4f::prmt(pair, 0u, 0x1010u), fp4f::prmt(pair, 0u, 0x3232u)};
     const uint4 in = codes[g2];
     const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
