@@ -17,6 +17,7 @@
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_epilogue.cuh"
 #include "cuda/attention/kernel_mainloop.cuh"
+#include "cuda/attention/kernel_row_query.cuh"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/kernel_stage.cuh"
 #include "cuda/attention/params.cuh"
@@ -35,98 +36,6 @@ static_assert(row_kernel_ctas_per_sm(DType::bf16) == row_ctas_per_sm(KvKind::hal
                   row_kernel_ctas_per_sm(DType::nvfp4) == row_ctas_per_sm(KvKind::nvfp4),
               "row kernel CTAs per SM: heuristics.hpp and kernel_smem.cuh disagree");
 
-// Converts 8 query elements (of any query kind) to the MMA type.
-//   q: [num_tokens, num_q_heads, 128]; elem: index of the first of the 8
-template <bool kF16>
-__device__ __forceinline__ uint4 load_query_chunk(const AttendParams& p, std::int64_t elem) {
-  if (p.q_kind == kQueryE4m3) {
-    const uint2 c = *reinterpret_cast<const uint2*>(static_cast<const unsigned char*>(p.q) + elem);
-    return make_uint4(f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(c.x & 0xffffu))),
-                      f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(c.x >> 16))),
-                      f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(c.y & 0xffffu))),
-                      f16x2_to_mma<kF16>(e4m3x2_to_f16x2(std::uint16_t(c.y >> 16))));
-  }
-  const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const std::uint16_t*>(p.q) + elem);
-  const bool q_fp16 = p.q_kind == kQueryFp16;
-  if (q_fp16 == kF16) return raw;
-  // bf16 <-> fp16 through float.
-  std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float lo, hi;
-    if (q_fp16) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      lo = f.x, hi = f.y;
-    } else {
-      lo = __uint_as_float(w[i] << 16), hi = __uint_as_float(w[i] & 0xffff0000u);
-    }
-    w[i] = pack2<kF16>(lo, hi);
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// The CTA's query rows into the swizzled query tile; rows >= G are zero. The
-// rows of a row that attends nothing are loaded too (in bounds, never used).
-template <bool kF16>
-__device__ __forceinline__ void stage_query(const AttendParams& p, const RowWork& w,
-                                            unsigned char* q_tile, int tid) {
-#pragma unroll
-  for (int it = 0; it < kRows * 16 / kThreads; ++it) {
-    const int idx = tid + it * kThreads;
-    const int row = idx >> 4, c = idx & 15;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (row < p.group) {
-      const std::int64_t qh = std::int64_t(w.head) * p.group + row;
-      v = load_query_chunk<kF16>(p, (std::int64_t(w.token) * p.num_q_heads + qh) * kDim + 8 * c);
-    }
-    *reinterpret_cast<uint4*>(q_tile + tile_offset(row, c)) = v;
-  }
-}
-
-// The same with each 16-dim group's words permuted as fp8f::q_source_word
-// says: the query side of the raw fp8 path (fp8_fragments.hpp). One (row,
-// group) per thread.
-template <bool kF16>
-__device__ __forceinline__ void stage_query_permuted(const AttendParams& p, const RowWork& w, unsigned char* q_tile,
-                                                     int tid) {
-  static_assert(kRows * 8 == kThreads, "one 16-dim group per thread");
-  const int row = tid >> 3, g = tid & 7;
-  uint4 a = make_uint4(0, 0, 0, 0), b = a;
-  if (row < p.group) {
-    const std::int64_t qh = std::int64_t(w.head) * p.group + row;
-    const std::int64_t elem = (std::int64_t(w.token) * p.num_q_heads + qh) * kDim + 16 * g;
-    a = load_query_chunk<kF16>(p, elem);
-    b = load_query_chunk<kF16>(p, elem + 8);
-  }
-  // Words w0..w7 = (a.x a.y a.z a.w b.x b.y b.z b.w); word m <- w[q_source_word(m)].
-  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 2 * g)) = make_uint4(a.x, a.z, b.x, b.z);
-  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 2 * g + 1)) = make_uint4(a.y, a.w, b.y, b.w);
-}
-
-// The query side of the raw nvfp4 path (fp4_fragments.hpp): k-step 2c + h,
-// word m <- word fp4f::q_source_word(h, m) of the 32-dim chunk c. One (row,
-// chunk) per thread of the first 64.
-template <bool kF16>
-__device__ __forceinline__ void stage_query_fp4(const AttendParams& p, const RowWork& w, unsigned char* q_tile,
-                                                int tid) {
-  if (tid >= kRows * 4) return;
-  const int row = tid >> 2, c = tid & 3;
-  uint4 a[4] = {};
-  if (row < p.group) {
-    const std::int64_t qh = std::int64_t(w.head) * p.group + row;
-    const std::int64_t elem = (std::int64_t(w.token) * p.num_q_heads + qh) * kDim + 32 * c;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) a[j] = load_query_chunk<kF16>(p, elem + 8 * j);
-  }
-  // Word W of the chunk is a[W / 4]'s word W % 4. k-step 2c + h is tile
-  // chunks 4c + 2h (words m = 0-3: W = 4m + 2h) and 4c + 2h + 1 (m = 4-7:
-  // W = 4 (m - 4) + 2h + 1), as q_source_word(h, m) says.
-  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c)) = make_uint4(a[0].x, a[1].x, a[2].x, a[3].x);
-  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 1)) = make_uint4(a[0].y, a[1].y, a[2].y, a[3].y);
-  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 2)) = make_uint4(a[0].z, a[1].z, a[2].z, a[3].z);
-  *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 3)) = make_uint4(a[0].w, a[1].w, a[2].w, a[3].w);
-}
-
 template <KvKind kKind, bool kF16>
 __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     attend_kernel(const __grid_constant__ AttendParams p) {
@@ -142,6 +51,9 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
   auto* s_pages = reinterpret_cast<std::int32_t*>(smem + L::kPages);
   auto* s_blocks = reinterpret_cast<std::int32_t*>(smem + L::kBlocks);
   auto* s_count = reinterpret_cast<std::int32_t*>(smem + L::kCount);  // [count, last, position, request]
+  // The query loads go out first: their round trip overlaps the scan's two.
+  RowQuery<kKind> query;
+  query.load(p, w, tid);
   if (warp == 0) {
     const int n = scan_row(p, w, lane, s_ids, s_pages, s_blocks);
     if (lane == 0) {
@@ -151,9 +63,7 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     }
   }
   const Stager<kKind, kF16, L> stager{smem, p, w.head, tid};
-  if constexpr (kRawFp8) stage_query_permuted<kF16>(p, w, smem + L::kQ, tid);
-  else if constexpr (kKind == KvKind::nvfp4) stage_query_fp4<kF16>(p, w, smem + L::kQ, tid);
-  else stage_query<kF16>(p, w, smem + L::kQ, tid);
+  query.store<kF16>(p, smem + L::kQ, tid);
   __syncthreads();
   w.position = s_count[2];
   w.request = s_count[3];

@@ -91,8 +91,10 @@ __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork
 // splits (cluster rank = split): each CTA left its normalised fp32 output and
 // lse in its own shared memory, and CTA k merges the (head, 8-dim chunk) items
 // i with i % splits == k, reading every split's values through distributed
-// shared memory. Two cluster barriers: partials complete before any read, no
-// CTA exits (freeing its shared memory) before every read is done.
+// shared memory. All of an item's remote loads are issued before any is used
+// (one round trip, not one per split). Two cluster barriers: partials complete
+// before any read, no CTA exits (freeing its shared memory) before every read
+// is done.
 //   part:     this CTA's shared [16 heads][128] fp32 partial output
 //   part_lse: this CTA's shared [16] lse (natural log)
 __device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const RowWork& w,
@@ -105,26 +107,31 @@ __device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const
   for (int i = w.split + tid * splits; i < group * 16; i += kThreads * splits) {
     const int g = i >> 4, c = i & 15;
     float lse[kMaxClusterSplits];
-    float mx = -INFINITY;
+    float4 a[kMaxClusterSplits], b[kMaxClusterSplits];
 #pragma unroll
     for (int s = 0; s < kMaxClusterSplits; ++s) {
-      lse[s] = s < splits ? cluster.map_shared_rank(part_lse, s)[g] : -INFINITY;
-      mx = fmaxf(mx, lse[s]);
+      lse[s] = -INFINITY;
+      a[s] = b[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (s < splits) {
+        const float* src = cluster.map_shared_rank(part, s) + g * kDim + 8 * c;
+        lse[s] = cluster.map_shared_rank(part_lse, s)[g];
+        a[s] = *reinterpret_cast<const float4*>(src);
+        b[s] = *reinterpret_cast<const float4*>(src + 4);
+      }
     }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
     float acc[8];
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
     float sum = 0.0f;
 #pragma unroll
     for (int s = 0; s < kMaxClusterSplits; ++s) {
-      if (s >= splits) break;
       const float wgt = (mx == -INFINITY || lse[s] == -INFINITY) ? 0.0f : expf(lse[s] - mx);
       sum += wgt;
-      const float* src = cluster.map_shared_rank(part, s) + g * kDim + 8 * c;
-      const float4 a = *reinterpret_cast<const float4*>(src);
-      const float4 b = *reinterpret_cast<const float4*>(src + 4);
-      acc[0] += wgt * a.x, acc[1] += wgt * a.y, acc[2] += wgt * a.z, acc[3] += wgt * a.w;
-      acc[4] += wgt * b.x, acc[5] += wgt * b.y, acc[6] += wgt * b.z, acc[7] += wgt * b.w;
+      acc[0] += wgt * a[s].x, acc[1] += wgt * a[s].y, acc[2] += wgt * a[s].z, acc[3] += wgt * a[s].w;
+      acc[4] += wgt * b[s].x, acc[5] += wgt * b[s].y, acc[6] += wgt * b[s].z, acc[7] += wgt * b[s].w;
     }
     store_chunk(p, first_head + g, c, acc, sum > 0.0f ? 1.0f / sum : 0.0f);
     if (c == 0 && p.lse != nullptr) p.lse[first_head + g] = sum > 0.0f ? mx + logf(sum) : -INFINITY;

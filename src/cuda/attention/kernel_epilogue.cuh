@@ -1,9 +1,11 @@
-// Epilogue of the attention kernel: merges the four warps' online-softmax
-// states through shared memory, then writes either the final output and lse
-// (one split) or this split's normalized fp32 partial output and lse: in the
-// workspace, where the last split of a row to finish merges all of them, or
-// (cluster_splits) in shared memory, merged across the cluster
-// (kernel_combine.cuh). A row with no visible key writes 0 and lse -inf.
+// Epilogue of the row attention kernel: the four warps leave their
+// online-softmax states in shared memory, and one pass merges them per (row,
+// 8-dim chunk) into the final output and lse (one split), or into this
+// split's normalised fp32 partial and lse: in shared memory when the row's
+// splits are a thread-block cluster, merged across it through distributed
+// shared memory, otherwise in the workspace, where the last split of the row
+// to finish merges all of them (kernel_combine.cuh). A row with no visible
+// key writes 0 and lse -inf.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,6 +13,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/kernel_combine.cuh"
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_mainloop.cuh"
@@ -20,6 +23,50 @@
 namespace msa::cuda::attention {
 
 inline constexpr float kLn2 = 0.6931471805599453f;
+
+// One CTA's four warp states, as the epilogue leaves them in shared memory:
+// per warp v and row r the running max (log2 units, -inf: no key seen), the
+// sum of exponentials, and the unnormalised output in natural dim order.
+struct WarpStates {
+  const float* max;  // [4][16]
+  const float* sum;  // [4][16]
+  const float* out;  // [4][16][kMergeStride]
+};
+
+// One (row, 8-dim chunk c) merged over this CTA's four warp states, every
+// load issued before any is used. With M the largest max and
+// w_v = exp2(max_v - M), acc = sum_v w_v out_v (unnormalised); returns M and
+// L = sum_v w_v sum_v. A warp that saw no key has weight 0; so has every
+// warp when none saw a key (M = -inf, L = 0).
+__device__ __forceinline__ float2 merge_warps(const WarpStates& st, int row, int c, float (&acc)[8]) {
+  float m[4], l[4];
+  float4 a[4], b[4];
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    m[v] = st.max[v * kRows + row];
+    l[v] = st.sum[v * kRows + row];
+    const float* o = st.out + (v * kRows + row) * kMergeStride + 8 * c;
+    a[v] = *reinterpret_cast<const float4*>(o);
+    b[v] = *reinterpret_cast<const float4*>(o + 4);
+  }
+  const float mx = fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+  float sum = 0.0f;
+#pragma unroll
+  for (int v = 0; v < 4; ++v) {
+    const float wgt = m[v] == -INFINITY ? 0.0f : exp2f(m[v] - mx);
+    sum += wgt * l[v];
+    acc[0] += wgt * a[v].x, acc[1] += wgt * a[v].y, acc[2] += wgt * a[v].z, acc[3] += wgt * a[v].w;
+    acc[4] += wgt * b[v].x, acc[5] += wgt * b[v].y, acc[6] += wgt * b[v].z, acc[7] += wgt * b[v].w;
+  }
+  return make_float2(mx, sum);
+}
+
+// The lse (natural log) of merge_warps's (M, L); -inf when L = 0.
+__device__ __forceinline__ float merged_lse(float2 max_sum) {
+  return max_sum.y > 0.0f ? (max_sum.x + log2f(max_sum.y)) * kLn2 : -INFINITY;
+}
 
 // Call after the mainloop's last __syncthreads (the stage area is free).
 // kDims: which dims st.o's n-tiles hold (natural; the raw fp8 path's
@@ -31,12 +78,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   const int warp = tid >> 5, lane = tid & 31;
   auto* warp_max = reinterpret_cast<float*>(smem + L::kWarpMax);  // [4][16]
   auto* warp_sum = reinterpret_cast<float*>(smem + L::kWarpSum);  // [4][16]
-  auto* row_sum = reinterpret_cast<float*>(smem + L::kRowSum);    // [16]
   auto* merged = reinterpret_cast<float*>(smem + L::kStage);      // [4][16][kMergeStride]
-  // Cluster merge: this split's output and lse for the other CTAs of the cluster.
-  auto* part = reinterpret_cast<float*>(smem + L::kStage + L::kMergeBytes);  // [16][128]
-  float* part_lse = part + kRows * kDim;                                      // [16]
-  const bool cluster = w.splits > 1 && p.cluster_splits > 1;
 
   const int r0 = lane >> 2;
 #pragma unroll
@@ -50,38 +92,9 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
     warp_sum[warp * kRows + r0] = st.l[0];
     warp_sum[warp * kRows + r0 + 8] = st.l[1];
   }
-  __syncthreads();
-
-  if (tid < kRows) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) mx = fmaxf(mx, warp_max[v * kRows + tid]);
-    float sum = 0.0f;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      const float m = warp_max[v * kRows + tid];
-      if (m != -INFINITY) sum += warp_sum[v * kRows + tid] * exp2f(m - mx);
-    }
-    row_sum[tid] = sum;
-    if (tid < p.group) {
-      const float lse = sum > 0.0f ? (mx + log2f(sum)) * kLn2 : -INFINITY;
-      const std::int64_t qh = std::int64_t(w.head) * p.group + tid;
-      if (w.splits == 1) {
-        if (p.lse != nullptr) p.lse[std::int64_t(w.token) * p.num_q_heads + qh] = lse;
-      } else if (cluster) {
-        part_lse[tid] = lse;
-      } else {
-        p.partial_lse[(std::int64_t(w.token) * p.num_q_heads + qh) * p.max_splits + w.split] = lse;
-      }
-    }
-  }
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = r0 + 8 * i;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) mx = fmaxf(mx, warp_max[v * kRows + row]);
-    const float f = st.m[i] == -INFINITY ? 0.0f : exp2f(st.m[i] - mx);
     if constexpr (kDims == RowDims::fp4) {
       // n-tiles 4c + e, columns 2q + h: dims 32 c + 8 q + 4 h + e.
       float* dst = merged + (warp * kRows + row) * kMergeStride + 8 * (lane & 3);
@@ -89,67 +102,48 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
       for (int c = 0; c < 4; ++c)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          *reinterpret_cast<float4*>(dst + 32 * c + 4 * h) =
-              make_float4(st.o[4 * c][2 * i + h] * f, st.o[4 * c + 1][2 * i + h] * f, st.o[4 * c + 2][2 * i + h] * f,
-                          st.o[4 * c + 3][2 * i + h] * f);
+          *reinterpret_cast<float4*>(dst + 32 * c + 4 * h) = make_float4(
+              st.o[4 * c][2 * i + h], st.o[4 * c + 1][2 * i + h], st.o[4 * c + 2][2 * i + h], st.o[4 * c + 3][2 * i + h]);
     } else if constexpr (kDims == RowDims::fp8) {
       // n-tiles 2j (even dims) and 2j + 1 (odd): dims 16 j + 4 q .. 16 j + 4 q + 3.
       float* dst = merged + (warp * kRows + row) * kMergeStride + 4 * (lane & 3);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<float4*>(dst + 16 * j) = make_float4(st.o[2 * j][2 * i] * f, st.o[2 * j + 1][2 * i] * f,
-                                                               st.o[2 * j][2 * i + 1] * f, st.o[2 * j + 1][2 * i + 1] * f);
+        *reinterpret_cast<float4*>(dst + 16 * j) = make_float4(st.o[2 * j][2 * i], st.o[2 * j + 1][2 * i],
+                                                               st.o[2 * j][2 * i + 1], st.o[2 * j + 1][2 * i + 1]);
     } else {
       float* dst = merged + (warp * kRows + row) * kMergeStride + 2 * (lane & 3);
 #pragma unroll
       for (int n = 0; n < 16; ++n)
-        *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.o[n][2 * i] * f, st.o[n][2 * i + 1] * f);
+        *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.o[n][2 * i], st.o[n][2 * i + 1]);
     }
   }
-  __syncthreads();
+  const WarpStates states{warp_max, warp_sum, merged};
+  const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * p.group;
+  const int chunks = p.group * 16;  // (row, 8-dim chunk) items
+  const bool cluster = w.splits > 1 && p.cluster_splits > 1;
 
-  // 16 rows x 16 chunks of 8 dims; two chunks per thread.
-#pragma unroll
-  for (int it = 0; it < 2; ++it) {
-    const int idx = tid + it * kThreads;
-    const int row = idx >> 4, c = idx & 15;
-    if (row >= p.group) continue;
-    const float sum = row_sum[row];
-    const float inv = sum > 0.0f ? p.out_scale / sum : 0.0f;
+  // A split's partial: [16][128] and [16] in shared memory after the warp
+  // outputs (cluster), or its slot of the workspace.
+  float* part = merged + 4 * kRows * kMergeStride;
+  float* part_lse = part + kRows * kDim;
+  __syncthreads();
+#pragma unroll 2
+  for (int i = tid; i < chunks; i += kThreads) {
+    const int row = i >> 4, c = i & 15;
     float acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-#pragma unroll
-    for (int v = 0; v < 4; ++v) {
-      const float* src = merged + (v * kRows + row) * kMergeStride + 8 * c;
-      const float4 a = *reinterpret_cast<const float4*>(src);
-      const float4 b = *reinterpret_cast<const float4*>(src + 4);
-      acc[0] += a.x, acc[1] += a.y, acc[2] += a.z, acc[3] += a.w;
-      acc[4] += b.x, acc[5] += b.y, acc[6] += b.z, acc[7] += b.w;
-    }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    const std::int64_t qh = std::int64_t(w.head) * p.group + row;
+    const float2 ms = merge_warps(states, row, c, acc);
+    const float inv = ms.y > 0.0f ? p.out_scale / ms.y : 0.0f;
     if (w.splits == 1) {
-      uint4 o;
-      if (p.out_fp16) {
-        o = make_uint4(pack2<true>(acc[0], acc[1]), pack2<true>(acc[2], acc[3]),
-                       pack2<true>(acc[4], acc[5]), pack2<true>(acc[6], acc[7]));
-      } else {
-        o = make_uint4(pack2<false>(acc[0], acc[1]), pack2<false>(acc[2], acc[3]),
-                       pack2<false>(acc[4], acc[5]), pack2<false>(acc[6], acc[7]));
-      }
-      auto* out = static_cast<std::uint16_t*>(p.out) + (std::int64_t(w.token) * p.num_q_heads + qh) * kDim;
-      *reinterpret_cast<uint4*>(out + 8 * c) = o;
-    } else if (cluster) {
-      *reinterpret_cast<float4*>(part + row * kDim + 8 * c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      *reinterpret_cast<float4*>(part + row * kDim + 8 * c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    } else {
-      float* out = p.partial_out +
-                   ((std::int64_t(w.token) * p.num_q_heads + qh) * p.max_splits + w.split) * kDim;
-      *reinterpret_cast<float4*>(out + 8 * c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      *reinterpret_cast<float4*>(out + 8 * c + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
+      store_chunk(p, first_head + row, c, acc, inv);
+      if (c == 0 && p.lse != nullptr) p.lse[first_head + row] = merged_lse(ms);
+      continue;
     }
+    const std::int64_t slot = (first_head + row) * p.max_splits + w.split;
+    float* out = (cluster ? part + row * kDim : p.partial_out + slot * kDim) + 8 * c;
+    *reinterpret_cast<float4*>(out) = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
+    *reinterpret_cast<float4*>(out + 4) = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
+    if (c == 0) *(cluster ? part_lse + row : p.partial_lse + slot) = merged_lse(ms);
   }
   if (w.splits == 1) return;
   if (cluster) {

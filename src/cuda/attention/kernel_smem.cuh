@@ -50,9 +50,7 @@ struct SmemLayout {
   static constexpr int kCount = kBlocks + kMaxEntries * 4;   // int32 [4]: selected count
   static constexpr int kWarpMax = kCount + 16;               // float [4][16]
   static constexpr int kWarpSum = kWarpMax + 4 * kRows * 4;  // float [4][16]
-  static constexpr int kRowMax = kWarpSum + 4 * kRows * 4;   // float [16]
-  static constexpr int kRowSum = kRowMax + kRows * 4;        // float [16]
-  static constexpr int kCurScales = kRowSum + kRows * 4;     // float [2][128]: K, V scales in use
+  static constexpr int kCurScales = kWarpSum + 4 * kRows * 4;  // float [2][128]: K, V scales in use
   static constexpr int kExtra = kCurScales + 2 * kBlockKeys * 4;  // kExtraBytes, 16-byte aligned
   static constexpr int kStage = (kExtra + kExtraBytes + 127) / 128 * 128;
 
@@ -69,7 +67,8 @@ struct SmemLayout {
                                 : kConverted           ? kRawScales + kStages * 2 * kBlockKeys * 4
                                                        : kAfterTile;
   static constexpr int kMergeBytes = 4 * kRows * kMergeStride * 4;
-  // The merge buffer, then the cluster merge's [16][128] partial and [16] lse.
+  // The row kernel's epilogue keeps its four warps' outputs in the stage area,
+  // then a cluster split's [16][128] partial and [16] lse.
   static_assert(kMergeBytes + (kRows * kDim + kRows) * 4 <= kAfterTile - kStage,
                 "merge buffers must fit in the stage area");
   static_assert(kExtra % 16 == 0 && kStages >= 2, "layout");
