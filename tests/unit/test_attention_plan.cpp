@@ -110,19 +110,23 @@ TEST(AttentionPlan, ClusterMergeFavoursSplitsThatFitInOneWave) {
   EXPECT_FALSE(small.fits(3, 32));
   EXPECT_FALSE(cap.fits(1, 1));
   EXPECT_FALSE(cap.fits(att::kMaxClusterSplits + 1, 1));
-  // The heuristic plans clusters only up to the sizes measured on the device.
+  // Small batches take the largest clusters that fit in one wave (measured on
+  // the H200: 8 splits 11.1-11.2 us at 16 / 1 batch 1, against 12.4-12.6 with 4).
+  EXPECT_EQ(choose_splits(1, 16, kH200Sms, cap), 8);
+  EXPECT_EQ(choose_splits(8, 16, kH200Sms, cap), 8);
+  EXPECT_EQ(choose_splits(16, 16, kH200Sms, cap), 8);
   att::ClusterCapacity huge;
   for (int s = 0; s <= att::kMaxClusterSplits; ++s) huge.clusters[s] = 1 << 20;
   for (std::int64_t rows : {1, 2, 8, 16, 24}) {
     const int s = choose_splits(rows, 16, kH200Sms, huge);
-    EXPECT_LE(s, att::kPlannedClusterSplits) << "rows " << rows;
+    EXPECT_LE(s, att::kMaxClusterSplits) << "rows " << rows;
     EXPECT_GT(s, 1) << "rows " << rows;
   }
   // Step splits pass the capacity to both classes.
   const Splits st = choose_step_splits(32 + 5, 32, 1, 16, kH200Sms, cap);
   EXPECT_EQ(st.decode, 3);
   EXPECT_GT(st.prefill, 1);
-  EXPECT_LE(st.prefill, att::kPlannedClusterSplits);
+  EXPECT_LE(st.prefill, att::kMaxClusterSplits);
 }
 
 TEST(AttentionPlan, ConvertedCachesFillOneWave) {

@@ -34,12 +34,11 @@ constexpr int row_kernel_ctas_per_sm(DType kv) {
 // portable cluster size.
 inline constexpr int kMaxClusterSplits = 8;
 inline bool use_cluster_merge(int splits) { return splits > 1 && splits <= kMaxClusterSplits; }
-// The largest cluster choose_splits plans for (bf16 / fp16 caches): sizes 2-5
-// were timed on the H200 there. The converted caches' rule
-// (choose_converted_splits) goes up to kMaxClusterSplits; the GPU tests run
-// splits 1-6 and 8 in clusters and 9 / 16 through the workspace (ForcedSplits,
-// ShapeDecodeSplits).
-inline constexpr int kPlannedClusterSplits = 5;
+// Both split rules plan clusters up to kMaxClusterSplits: on the H200 8-way
+// clusters were the fastest bf16 decode at batch 1 and 8 (16 / 1 and 64 / 4
+// heads, splits 3-8 and 16 timed; bench/RESULTS.md, tenth session). The GPU
+// tests run splits 1-6 and 8 in clusters and 9 / 16 through the workspace
+// (ForcedSplits, ShapeDecodeSplits).
 
 // Clusters of each size (2..kMaxClusterSplits) of the row kernel that the
 // device holds at once (cudaOccupancyMaxActiveClusters); all 0: no cluster merge.
@@ -67,10 +66,10 @@ inline constexpr double kBandwidthBlocks = 0.0109;
 // Split-K factor for `rows` (token, KV head) rows that each read up to `topk`
 // blocks, on `num_sms` SMs. Minimises max(waves x (blocks per CTA + CTA
 // overhead), the bandwidth floor) + the merge cost; ties go to fewer splits.
-// With a cluster capacity, factors up to kPlannedClusterSplits whose clusters
-// fit in one wave get the cheap cluster merge (decode at batch 32, one KV head:
-// 3 splits); without one every split pays the workspace merge (batch 32: 4,
-// batch 1-8: 16). Large batches and prefill get 1.
+// With a cluster capacity, factors up to kMaxClusterSplits whose clusters fit
+// in one wave get the cheap cluster merge (decode at one KV head: batch 1-16
+// 8 splits, batch 32 3 on the H200); without one every split pays the
+// workspace merge (batch 32: 4, batch 1-8: 16). Large batches and prefill get 1.
 inline int choose_splits(std::int64_t rows, int topk, int num_sms, const ClusterCapacity& capacity = {},
                          int ctas_per_sm = kCtasPerSm) {
   if (rows <= 0 || topk <= 1 || num_sms <= 0) return 1;
@@ -84,8 +83,7 @@ inline int choose_splits(std::int64_t rows, int topk, int num_sms, const Cluster
     const int blocks = (topk + s - 1) / s;
     double cost = std::max(double(waves) * (blocks + kCtaOverheadBlocks), bandwidth_floor);
     if (s > 1)
-      cost += s <= kPlannedClusterSplits && capacity.fits(s, rows) ? kClusterMergeBlocks
-                                                                   : kWorkspaceMergeBlocks;
+      cost += capacity.fits(s, rows) ? kClusterMergeBlocks : kWorkspaceMergeBlocks;
     if (s == 1 || cost < best_cost - 1e-9) {
       best = s;
       best_cost = cost;
