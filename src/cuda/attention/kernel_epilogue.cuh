@@ -13,7 +13,6 @@
 
 #include <cstdint>
 
-#include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/kernel_combine.cuh"
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_mainloop.cuh"

@@ -10,8 +10,6 @@
 
 #include <cstdint>
 
-#include "cuda/attention/fp4_fragments.hpp"
-#include "cuda/attention/fp8_fragments.hpp"
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/params.cuh"
