@@ -37,6 +37,31 @@ __device__ __forceinline__ void store_chunk(const AttendParams& p, std::int64_t 
   *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + row * kDim + 8 * c) = o;
 }
 
+// One (head row, 8-dim chunk c) merged over up to kMaxClusterSplits splits'
+// normalised partials (a: dims 8c..8c+3, b: 8c+4..8c+7; lse -inf: absent or
+// empty), stored to p.out, with the head's lse when c == 0.
+__device__ __forceinline__ void merge_split_chunks(const AttendParams& p, std::int64_t row, int c,
+                                                   const float (&lse)[kMaxClusterSplits],
+                                                   const float4 (&a)[kMaxClusterSplits],
+                                                   const float4 (&b)[kMaxClusterSplits]) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
+  float acc[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+  float sum = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) {
+    const float wgt = (mx == -INFINITY || lse[s] == -INFINITY) ? 0.0f : expf(lse[s] - mx);
+    sum += wgt;
+    acc[0] += wgt * a[s].x, acc[1] += wgt * a[s].y, acc[2] += wgt * a[s].z, acc[3] += wgt * a[s].w;
+    acc[4] += wgt * b[s].x, acc[5] += wgt * b[s].y, acc[6] += wgt * b[s].z, acc[7] += wgt * b[s].w;
+  }
+  store_chunk(p, row, c, acc, sum > 0.0f ? 1.0f / sum : 0.0f);
+  if (c == 0 && p.lse != nullptr) p.lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+}
+
 //   scratch: shared memory, [16 heads][16 splits] weights then [16] 1 / sum
 __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork& w, float* scratch,
                                             int tid) {
@@ -119,22 +144,7 @@ __device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const
         b[s] = *reinterpret_cast<const float4*>(src + 4);
       }
     }
-    float mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
-    float acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-    float sum = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplits; ++s) {
-      const float wgt = (mx == -INFINITY || lse[s] == -INFINITY) ? 0.0f : expf(lse[s] - mx);
-      sum += wgt;
-      acc[0] += wgt * a[s].x, acc[1] += wgt * a[s].y, acc[2] += wgt * a[s].z, acc[3] += wgt * a[s].w;
-      acc[4] += wgt * b[s].x, acc[5] += wgt * b[s].y, acc[6] += wgt * b[s].z, acc[7] += wgt * b[s].w;
-    }
-    store_chunk(p, first_head + g, c, acc, sum > 0.0f ? 1.0f / sum : 0.0f);
-    if (c == 0 && p.lse != nullptr) p.lse[first_head + g] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+    merge_split_chunks(p, first_head + g, c, lse, a, b);
   }
   cluster.sync();
 }

@@ -1,11 +1,12 @@
 // Epilogue of the row attention kernel: the four warps leave their
 // online-softmax states in shared memory, and one pass merges them per (row,
 // 8-dim chunk) into the final output and lse (one split), or into this
-// split's normalised fp32 partial and lse: in shared memory when the row's
-// splits are a thread-block cluster, merged across it through distributed
-// shared memory, otherwise in the workspace, where the last split of the row
-// to finish merges all of them (kernel_combine.cuh). A row with no visible
-// key writes 0 and lse -inf.
+// split's normalised fp32 partial and lse: pushed into the shared memory of
+// the split that owns the item when the row's splits are a thread-block
+// cluster (kernel_push.cuh; raw fp8 kinds, short of shared memory, leave it
+// in their own for the cluster to read, kernel_combine.cuh), otherwise in the
+// workspace, where the last split of the row to finish merges all of them. A
+// row with no visible key writes 0 and lse -inf.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,6 +17,7 @@
 #include "cuda/attention/kernel_combine.cuh"
 #include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_mainloop.cuh"
+#include "cuda/attention/kernel_push.cuh"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/ptx.cuh"
 
@@ -36,8 +38,11 @@ struct WarpStates {
 // load issued before any is used. With M the largest max and
 // w_v = exp2(max_v - M), acc = sum_v w_v out_v (unnormalised); returns M and
 // L = sum_v w_v sum_v. A warp that saw no key has weight 0; so has every
-// warp when none saw a key (M = -inf, L = 0).
+// warp when none saw a key (M = -inf, L = 0). The chunk's two 16-byte halves
+// are read in an order that depends on c, so that the eight threads of each
+// shared-memory wavefront hit distinct banks.
 __device__ __forceinline__ float2 merge_warps(const WarpStates& st, int row, int c, float (&acc)[8]) {
+  const int h = (c >> 2) & 1;
   float m[4], l[4];
   float4 a[4], b[4];
 #pragma unroll
@@ -45,19 +50,23 @@ __device__ __forceinline__ float2 merge_warps(const WarpStates& st, int row, int
     m[v] = st.max[v * kRows + row];
     l[v] = st.sum[v * kRows + row];
     const float* o = st.out + (v * kRows + row) * kMergeStride + 8 * c;
-    a[v] = *reinterpret_cast<const float4*>(o);
-    b[v] = *reinterpret_cast<const float4*>(o + 4);
+    a[v] = *reinterpret_cast<const float4*>(o + 4 * h);
+    b[v] = *reinterpret_cast<const float4*>(o + 4 - 4 * h);
   }
   const float mx = fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
-#pragma unroll
-  for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+  float lo[4] = {0.0f, 0.0f, 0.0f, 0.0f}, hi[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float sum = 0.0f;
 #pragma unroll
   for (int v = 0; v < 4; ++v) {
     const float wgt = m[v] == -INFINITY ? 0.0f : exp2f(m[v] - mx);
     sum += wgt * l[v];
-    acc[0] += wgt * a[v].x, acc[1] += wgt * a[v].y, acc[2] += wgt * a[v].z, acc[3] += wgt * a[v].w;
-    acc[4] += wgt * b[v].x, acc[5] += wgt * b[v].y, acc[6] += wgt * b[v].z, acc[7] += wgt * b[v].w;
+    lo[0] += wgt * a[v].x, lo[1] += wgt * a[v].y, lo[2] += wgt * a[v].z, lo[3] += wgt * a[v].w;
+    hi[0] += wgt * b[v].x, hi[1] += wgt * b[v].y, hi[2] += wgt * b[v].z, hi[3] += wgt * b[v].w;
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    acc[e] = h ? hi[e] : lo[e];
+    acc[e + 4] = h ? lo[e] : hi[e];
   }
   return make_float2(mx, sum);
 }
@@ -117,34 +126,49 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
         *reinterpret_cast<float2*>(dst + 8 * n) = make_float2(st.o[n][2 * i], st.o[n][2 * i + 1]);
     }
   }
-  const WarpStates states{warp_max, warp_sum, merged};
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * p.group;
   const int chunks = p.group * 16;  // (row, 8-dim chunk) items
   const bool cluster = w.splits > 1 && p.cluster_splits > 1;
+  constexpr bool kPush = row_push_merge(kKind);
+  const std::uint32_t push_area = smem_u32(smem + L::kExtra);
 
   // A split's partial: [16][128] and [16] in shared memory after the warp
   // outputs (cluster), or its slot of the workspace.
   float* part = merged + 4 * kRows * kMergeStride;
   float* part_lse = part + kRows * kDim;
+  const WarpStates states{warp_max, warp_sum, merged};
   __syncthreads();
-#pragma unroll 2
+  if (kPush && cluster) push_ready();
+  // One item at a time: the epilogue runs one warp per scheduler, so its time
+  // is the latency of each item's chain (two items unrolled measured no faster).
+#pragma unroll 1
   for (int i = tid; i < chunks; i += kThreads) {
     const int row = i >> 4, c = i & 15;
     float acc[8];
     const float2 ms = merge_warps(states, row, c, acc);
-    const float inv = ms.y > 0.0f ? p.out_scale / ms.y : 0.0f;
+    const float inv = ms.y > 0.0f ? __fdividef(p.out_scale, ms.y) : 0.0f;  // ms.y >= 1
     if (w.splits == 1) {
       store_chunk(p, first_head + row, c, acc, inv);
       if (c == 0 && p.lse != nullptr) p.lse[first_head + row] = merged_lse(ms);
       continue;
     }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] *= inv;
+    if (kPush && cluster) {
+      push_item(push_area, i, w.split, w.splits, acc, merged_lse(ms));
+      continue;
+    }
     const std::int64_t slot = (first_head + row) * p.max_splits + w.split;
     float* out = (cluster ? part + row * kDim : p.partial_out + slot * kDim) + 8 * c;
-    *reinterpret_cast<float4*>(out) = make_float4(acc[0] * inv, acc[1] * inv, acc[2] * inv, acc[3] * inv);
-    *reinterpret_cast<float4*>(out + 4) = make_float4(acc[4] * inv, acc[5] * inv, acc[6] * inv, acc[7] * inv);
+    *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    *reinterpret_cast<float4*>(out + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
     if (c == 0) *(cluster ? part_lse + row : p.partial_lse + slot) = merged_lse(ms);
   }
   if (w.splits == 1) return;
+  if (kPush && cluster) {
+    push_merge(p, w, smem + L::kExtra, tid);
+    return;
+  }
   if (cluster) {
     cluster_combine_row(p, w, part, part_lse, tid);
     return;

@@ -5,7 +5,8 @@
 //            the token-tile kernel), rows of 256 B, swizzled
 //   [meta]   the row's top-k ids, selected pages and block ids, counters, and
 //            the per-warp softmax statistics used by the warp merge
-//   [extra]  the token-tile kernel's tile metadata (kernel_tile_entries.cuh)
+//   [extra]  the token-tile kernel's tile metadata (kernel_tile_entries.cuh);
+//            the row kernel's push-merge receive area (PushArea)
 //   [stage]  K/V staging. half: kStages stages of [K tile | V tile] (the tiles
 //            themselves). fp8 / nvfp4: kStages raw stages (codes as stored),
 //            the token-tile kernels' widened [K tile | V tile], per-token scales
@@ -20,6 +21,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/params.cuh"
 
 namespace msa::cuda::attention {
@@ -80,8 +82,26 @@ struct SmemLayout {
 // tile, so two CTAs fit on an SM.
 inline constexpr bool raw_fp8_rows(KvKind k) { return k == KvKind::e4m3 || k == KvKind::e5m2; }
 inline constexpr bool raw_rows(KvKind k) { return k != KvKind::half; }
+// The receive area of the row kernel's push merge (kernel_push.cuh), in its
+// [extra] region, byte offsets from the region's start:
+//   [data] float [items owned][splits][8]: item j's chunk from split s
+//   [lse]  float [splits][16]: each split's lse per head (natural log)
+//   [bar]  the mbarrier the pushes complete
+struct PushArea {
+  static constexpr int kData = 0;
+  static constexpr int kLse = kData + (kRows * 16 + kMaxClusterSplits) * 32;
+  static constexpr int kBar = kLse + kMaxClusterSplits * kRows * 4;
+  static constexpr int kBytes = kBar + 8;
+  // An owner's items x splits <= 256 + splits - 1 chunks; every head row has
+  // a chunk c < splits for each owner, which sends it the row's lse.
+  static_assert(kMaxClusterSplits <= 16, "push merge: one lse sender per (row, owner)");
+};
+// Which kinds' row kernels merge cluster splits by pushes: all but the raw
+// fp8 ones, whose two CTAs per SM leave no room for the receive area (they
+// pull the partials, kernel_combine.cuh).
+inline constexpr bool row_push_merge(KvKind k) { return !raw_fp8_rows(k); }
 template <KvKind kKind>
-using RowLayout = SmemLayout<kKind, 3, kRows, 0, !raw_rows(kKind)>;
+using RowLayout = SmemLayout<kKind, 3, kRows, row_push_merge(kKind) ? PushArea::kBytes : 0, !raw_rows(kKind)>;
 // Which dims the row kernel's output n-tiles hold (kernel_epilogue.cuh).
 enum class RowDims { natural, fp8, fp4 };
 inline constexpr RowDims row_dims(KvKind k) {

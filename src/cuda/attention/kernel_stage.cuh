@@ -24,8 +24,11 @@
 
 namespace msa::cuda::attention {
 
-// L: the kernel's SmemLayout; kNumThreads: the CTA's threads (a multiple of 128).
-template <KvKind kKind, bool kF16, class L = SmemLayout<kKind>, int kNumThreads = kThreads>
+// L: the kernel's SmemLayout; kNumThreads: the CTA's threads (a multiple of 128);
+// kStream: K / V blocks are read once per launch (the row kernel: each
+// (row, split) reads its own blocks), so their copies carry the L2
+// evict-first policy.
+template <KvKind kKind, bool kF16, class L = SmemLayout<kKind>, int kNumThreads = kThreads, bool kStream = false>
 struct Stager {
   static_assert(kNumThreads % kBlockKeys == 0, "a thread per key for the scales");
   unsigned char* smem;
@@ -82,6 +85,12 @@ struct Stager {
   // zero-filled) into raw stage `stage`.
   __device__ void issue(int stage, std::int64_t page, int valid_keys) const {
     const std::uint32_t dst = smem_u32(smem + L::kRaw + stage * L::kRawBytes);
+    [[maybe_unused]] std::uint64_t policy = 0;
+    if constexpr (kStream) policy = l2_evict_first();
+    auto copy16 = [&](std::uint32_t to, const void* from, int bytes) {
+      if constexpr (kStream) cp_async16_zfill(to, from, bytes, policy);
+      else cp_async16_zfill(to, from, bytes);
+    };
     if constexpr (kKind == KvKind::half) {
       const std::int64_t base = page * p.page_stride + std::int64_t(head) * p.head_stride;
       const unsigned char* k = p.k_base + base * 2;
@@ -93,8 +102,8 @@ struct Stager {
         const int token = id >> 4, c = id & 15;
         const int bytes = token < valid_keys ? 16 : 0;
         const std::int64_t off = bytes ? token * tstride + c * 16 : 0;
-        cp_async16_zfill(dst + tile_offset(token, c), k + off, bytes);
-        cp_async16_zfill(dst + kTileBytes + tile_offset(token, c), v + off, bytes);
+        copy16(dst + tile_offset(token, c), k + off, bytes);
+        copy16(dst + kTileBytes + tile_offset(token, c), v + off, bytes);
       }
     } else if constexpr (kKind == KvKind::nvfp4) {
       // K slot then V slot: one contiguous run of 2 x 9216 bytes.
@@ -113,7 +122,7 @@ struct Stager {
         const int token = data ? in_slot >> 2 : (in_slot - 512) * 2;
         const int bytes = token >= valid_keys ? 0 : data || token + 1 < valid_keys ? 16 : 8;
         const int at = v * kNvfp4SlotBytes + (data ? fp4f::raw_offset(token, in_slot & 3) : in_slot * 16);
-        cp_async16_zfill(dst + std::uint32_t(at), src + (bytes ? id * 16 : 0), bytes);
+        copy16(dst + std::uint32_t(at), src + (bytes ? id * 16 : 0), bytes);
       }
     } else {
       const std::int64_t base = page * p.page_stride + std::int64_t(head) * p.head_stride;
@@ -126,8 +135,8 @@ struct Stager {
         const int bytes = token < valid_keys ? 16 : 0;
         const std::int64_t off = bytes ? token * p.token_stride + c * 16 : 0;
         const auto at = std::uint32_t(fp8f::raw_offset(token, c));  // swizzled 16-byte chunks
-        cp_async16_zfill(dst + at, k + off, bytes);
-        cp_async16_zfill(dst + kFp8RawBytes + at, v + off, bytes);
+        copy16(dst + at, k + off, bytes);
+        copy16(dst + kFp8RawBytes + at, v + off, bytes);
       }
       if (p.k_scales != nullptr && tid < kBlockKeys) {
         const std::uint32_t sdst = smem_u32(smem + L::kRawScales + stage * 2 * kBlockKeys * 4);

@@ -23,6 +23,21 @@ __device__ __forceinline__ void cp_async16_zfill(std::uint32_t dst, const void* 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
 }
+// As cp_async16_zfill, with an L2 cache policy (l2_evict_first).
+__device__ __forceinline__ void cp_async16_zfill(std::uint32_t dst, const void* src, int src_bytes,
+                                                 std::uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes), "l"(policy)
+               : "memory");
+}
+// An L2 policy for data read once: its lines are the first to leave L2, so
+// that a streamed KV cache does not push out what the kernel reads again
+// (its code, parameters, block lists) between launches.
+__device__ __forceinline__ std::uint64_t l2_evict_first() {
+  std::uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 __device__ __forceinline__ void cp_async4_zfill(std::uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
