@@ -37,13 +37,26 @@ __device__ __forceinline__ void store_chunk(const AttendParams& p, std::int64_t 
   *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + row * kDim + 8 * c) = o;
 }
 
-// One (head row, 8-dim chunk c) merged over up to kMaxClusterSplits splits'
-// normalised partials (a: dims 8c..8c+3, b: 8c+4..8c+7; lse -inf: absent or
-// empty), stored to p.out, with the head's lse when c == 0.
-__device__ __forceinline__ void merge_split_chunks(const AttendParams& p, std::int64_t row, int c,
-                                                   const float (&lse)[kMaxClusterSplits],
-                                                   const float4 (&a)[kMaxClusterSplits],
-                                                   const float4 (&b)[kMaxClusterSplits]) {
+// One (head row, 8-dim chunk c) merged over `splits` (<= kMaxClusterSplits)
+// splits' normalised partials, stored to p.out, with the head's lse when
+// c == 0. chunk(s): split s's 8 floats of the chunk (16-byte aligned);
+// lse_of(s): its lse (-inf: empty). Every load is issued before any is used.
+template <class Chunk, class Lse>
+__device__ __forceinline__ void merge_split_chunks(const AttendParams& p, std::int64_t row, int c, int splits,
+                                                   Chunk chunk, Lse lse_of) {
+  float lse[kMaxClusterSplits];
+  float4 a[kMaxClusterSplits], b[kMaxClusterSplits];
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) {
+    lse[s] = -INFINITY;
+    a[s] = b[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (s < splits) {
+      const float* src = chunk(s);
+      lse[s] = lse_of(s);
+      a[s] = *reinterpret_cast<const float4*>(src);
+      b[s] = *reinterpret_cast<const float4*>(src + 4);
+    }
+  }
   float mx = -INFINITY;
 #pragma unroll
   for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
@@ -131,20 +144,9 @@ __device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * group;
   for (int i = w.split + tid * splits; i < group * 16; i += kThreads * splits) {
     const int g = i >> 4, c = i & 15;
-    float lse[kMaxClusterSplits];
-    float4 a[kMaxClusterSplits], b[kMaxClusterSplits];
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplits; ++s) {
-      lse[s] = -INFINITY;
-      a[s] = b[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (s < splits) {
-        const float* src = cluster.map_shared_rank(part, s) + g * kDim + 8 * c;
-        lse[s] = cluster.map_shared_rank(part_lse, s)[g];
-        a[s] = *reinterpret_cast<const float4*>(src);
-        b[s] = *reinterpret_cast<const float4*>(src + 4);
-      }
-    }
-    merge_split_chunks(p, first_head + g, c, lse, a, b);
+    merge_split_chunks(
+        p, first_head + g, c, splits, [&](int s) { return cluster.map_shared_rank(part, s) + g * kDim + 8 * c; },
+        [&](int s) { return cluster.map_shared_rank(part_lse, s)[g]; });
   }
   cluster.sync();
 }

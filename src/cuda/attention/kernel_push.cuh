@@ -103,20 +103,9 @@ __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork&
   const int items = owned_items(group * 16, w.split, splits);
   for (int j = tid; j < items; j += kThreads) {
     const int i = w.split + j * splits, g = i >> 4, c = i & 15;
-    float lse[kMaxClusterSplits];
-    float4 a[kMaxClusterSplits], b[kMaxClusterSplits];
-#pragma unroll
-    for (int s = 0; s < kMaxClusterSplits; ++s) {
-      lse[s] = -INFINITY;
-      a[s] = b[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (s < splits) {
-        const float* src = data + (j * splits + s) * 8;
-        lse[s] = lse_of[s * kRows + g];
-        a[s] = *reinterpret_cast<const float4*>(src);
-        b[s] = *reinterpret_cast<const float4*>(src + 4);
-      }
-    }
-    merge_split_chunks(p, first_head + g, c, lse, a, b);
+    merge_split_chunks(
+        p, first_head + g, c, splits, [&](int s) { return data + (j * splits + s) * 8; },
+        [&](int s) { return lse_of[s * kRows + g]; });
   }
 }
 
