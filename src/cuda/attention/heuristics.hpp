@@ -58,7 +58,8 @@ inline constexpr double kCtaOverheadBlocks = 4.0;
 //   per split launch merging through the workspace: partial stores, fence,
 //   counter, partial reads of the last split (~6.6 us at the end of the launch);
 inline constexpr double kWorkspaceMergeBlocks = 4.7;
-//   per split launch merging in clusters (two cluster barriers, DSMEM reads);
+//   per split launch merging in clusters (pushes into the owning split's shared
+//   memory; raw fp8: two cluster barriers and DSMEM reads);
 inline constexpr double kClusterMergeBlocks = 0.1;
 //   per block of the whole launch when HBM bandwidth (~4.3 TB/s) is the limit.
 inline constexpr double kBandwidthBlocks = 0.0109;
