@@ -129,7 +129,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * p.group;
   const int chunks = p.group * 16;  // (row, 8-dim chunk) items
   const bool cluster = w.splits > 1 && p.cluster_splits > 1;
-  constexpr bool kPush = row_push_merge(kKind);
+  const bool push = row_push_merge(kKind) && cluster;  // else a cluster pulls (raw fp8)
   const std::uint32_t push_area = smem_u32(smem + L::kExtra);
 
   // A split's partial: [16][128] and [16] in shared memory after the warp
@@ -138,7 +138,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   float* part_lse = part + kRows * kDim;
   const WarpStates states{warp_max, warp_sum, merged};
   __syncthreads();
-  if (kPush && cluster) push_ready();
+  if (push) push_ready();
   // One item at a time: the epilogue runs one warp per scheduler, so its time
   // is the latency of each item's chain (two items unrolled measured no faster).
 #pragma unroll 1
@@ -154,7 +154,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    if (kPush && cluster) {
+    if (push) {
       push_item(push_area, i, w.split, w.splits, acc, merged_lse(ms));
       continue;
     }
@@ -165,7 +165,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
     if (c == 0) *(cluster ? part_lse + row : p.partial_lse + slot) = merged_lse(ms);
   }
   if (w.splits == 1) return;
-  if (kPush && cluster) {
+  if (push) {
     push_merge(p, w, smem + L::kExtra, tid);
     return;
   }

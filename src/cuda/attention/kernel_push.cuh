@@ -89,13 +89,7 @@ __device__ __forceinline__ void push_item(std::uint32_t area, int i, int split, 
 //   recv: this CTA's PushArea (generic pointer)
 __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork& w, const unsigned char* recv,
                                            int tid) {
-  const std::uint32_t bar = smem_u32(recv + PushArea::kBar);
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "PUSH_WAIT:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
-      "@!done bra PUSH_WAIT;\n}\n" ::"r"(bar)
-      : "memory");
+  sm90::mbar_wait_cluster<0>(smem_u32(recv + PushArea::kBar));
   const int group = p.group, splits = w.splits;
   const auto* data = reinterpret_cast<const float*>(recv + PushArea::kData);
   const auto* lse_of = reinterpret_cast<const float*>(recv + PushArea::kLse);

@@ -122,6 +122,19 @@ __device__ __forceinline__ void mbar_wait(std::uint32_t bar, std::uint32_t parit
       : "memory");
 }
 
+// As mbar_wait, acquiring at cluster scope: for a barrier whose phase other
+// CTAs of the cluster complete (st.async, kernel_push.cuh).
+template <int kParity>
+__device__ __forceinline__ void mbar_wait_cluster(std::uint32_t bar) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_AGAIN:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_AGAIN;\n}\n" ::"r"(bar),
+      "n"(kParity)
+      : "memory");
+}
+
 // ---- TMA ------------------------------------------------------------------------------
 // Loads the box at coordinates (c0, c1, c2, c3) of the 4-D tensor map into
 // shared memory at dst; completes `bytes` of the mbarrier's transaction count.
