@@ -139,32 +139,49 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   const WarpStates states{warp_max, warp_sum, merged};
   __syncthreads();
   if (push) push_ready();
-  // One item at a time: the epilogue runs one warp per scheduler, so its time
-  // is the latency of each item's chain (two items unrolled measured no faster).
+  // Two items per pass, both merged before either is stored, in a loop
+  // without per-item branches (one loop per destination), so that the two
+  // items' latency chains overlap: the epilogue runs one warp per scheduler.
+  // A thread past the last item repeats its first one and does not store it.
+  auto merge_items = [&](auto&& emit) {
 #pragma unroll 1
-  for (int i = tid; i < chunks; i += kThreads) {
-    const int row = i >> 4, c = i & 15;
-    float acc[8];
-    const float2 ms = merge_warps(states, row, c, acc);
-    const float inv = ms.y > 0.0f ? __fdividef(p.out_scale, ms.y) : 0.0f;  // ms.y >= 1
-    if (w.splits == 1) {
-      store_chunk(p, first_head + row, c, acc, inv);
+    for (int i = tid; i < chunks; i += 2 * kThreads) {
+      const bool two = i + kThreads < chunks;
+      const int i2 = two ? i + kThreads : i;
+      float acc0[8], acc1[8];
+      const float2 ms0 = merge_warps(states, i >> 4, i & 15, acc0);
+      const float2 ms1 = merge_warps(states, i2 >> 4, i2 & 15, acc1);
+      emit(i, acc0, ms0);
+      if (two) emit(i2, acc1, ms1);
+    }
+  };
+  auto factor = [&](float2 ms) { return ms.y > 0.0f ? __fdividef(p.out_scale, ms.y) : 0.0f; };  // ms.y >= 1
+  if (w.splits == 1) {
+    merge_items([&](int i, float (&acc)[8], float2 ms) {
+      const int row = i >> 4, c = i & 15;
+      store_chunk(p, first_head + row, c, acc, factor(ms));
       if (c == 0 && p.lse != nullptr) p.lse[first_head + row] = merged_lse(ms);
-      continue;
-    }
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] *= inv;
-    if (push) {
-      push_item(push_area, i, w.split, w.splits, acc, merged_lse(ms));
-      continue;
-    }
-    const std::int64_t slot = (first_head + row) * p.max_splits + w.split;
-    float* out = (cluster ? part + row * kDim : p.partial_out + slot * kDim) + 8 * c;
-    *reinterpret_cast<float4*>(out) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    *reinterpret_cast<float4*>(out + 4) = make_float4(acc[4], acc[5], acc[6], acc[7]);
-    if (c == 0) *(cluster ? part_lse + row : p.partial_lse + slot) = merged_lse(ms);
+    });
+    return;
   }
-  if (w.splits == 1) return;
+  if (push) {
+    merge_items([&](int i, float (&acc)[8], float2 ms) {
+      const float f = factor(ms);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] *= f;
+      push_item(push_area, i, w.split, w.splits, acc, merged_lse(ms));
+    });
+  } else {
+    merge_items([&](int i, float (&acc)[8], float2 ms) {
+      const int row = i >> 4, c = i & 15;
+      const float f = factor(ms);
+      const std::int64_t slot = (first_head + row) * p.max_splits + w.split;
+      float* out = (cluster ? part + row * kDim : p.partial_out + slot * kDim) + 8 * c;
+      *reinterpret_cast<float4*>(out) = make_float4(acc[0] * f, acc[1] * f, acc[2] * f, acc[3] * f);
+      *reinterpret_cast<float4*>(out + 4) = make_float4(acc[4] * f, acc[5] * f, acc[6] * f, acc[7] * f);
+      if (c == 0) *(cluster ? part_lse + row : p.partial_lse + slot) = merged_lse(ms);
+    });
+  }
   if (push) {
     push_merge(p, w, smem + L::kExtra, tid);
     return;
