@@ -29,7 +29,8 @@ struct UnionScratch {
   static constexpr int kDistinct = kPairId + kTileMaxPairs * 4;    // int32 [512] slots in use (any order)
   static constexpr int kGoodId = kDistinct + kTileMaxPairs * 4;    // int32 [512] their ids, INT32_MAX if bad page
   static constexpr int kGoodPage = kGoodId + kTileMaxPairs * 4;    // int32 [512] their pages
-  static constexpr int kBytes = kGoodPage + kTileMaxPairs * 4;
+  static constexpr int kHashPage = kGoodPage + kTileMaxPairs * 4;   // int32 [1024] page of the slot's id
+  static constexpr int kBytes = kHashPage + kTileHashSlots * 4;
 };
 struct TileList {
   static constexpr int kEntryMask = 0;                                // uint64 [512] tokens selecting entry e
@@ -145,8 +146,9 @@ __device__ __forceinline__ TileItem tile_item(const AttendParams& p, std::int64_
 // Entries come out in ascending block order, each with the mask of the tile's
 // tokens that selected it. Every step is one parallel pass with no search
 // loop that stops early: the ids go into a shared hash set (the token masks
-// OR-ed into their slots), the distinct ids are listed, their pages looked up,
-// and each good one is placed by its rank among them.
+// OR-ed into their slots, the page of each id, loaded with the ids, into its
+// slot), the distinct ids are listed with their pages, and each good one is
+// placed by its rank among them.
 // kWorkers threads take part (tid in [0, kWorkers)), `sync` joins them all.
 // splits > 1 (split tiles): only the entries of rank split, split + splits,
 // ... are kept, in order.
@@ -159,6 +161,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   auto* hash_mask = reinterpret_cast<unsigned long long*>(scratch + UnionScratch::kHashMask);
   auto* hash_key = reinterpret_cast<int*>(scratch + UnionScratch::kHashKey);
   auto* pair_id = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kPairId);
+  auto* hash_page = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kHashPage);
   auto* distinct = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kDistinct);
   auto* good_id = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kGoodId);
   auto* good_page = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kGoodPage);
@@ -179,7 +182,19 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
     hash_mask[h] = 0;
   }
   if (tid == 0) scalars[0] = scalars[1] = 0;
-  for (int i = tid; i < pairs; i += kWorkers) {
+  // Each thread's pairs are i = tid + j * kWorkers. With at most two per
+  // thread (a whole CTA planning) their pages are loaded here and used only
+  // once the set is built, so that the block-table round trip overlaps the
+  // hashing; fewer workers (the planners of later tiles, off the critical
+  // path, with fewer registers) look the pages up per distinct id after it.
+  constexpr int kPerThread = (kTileMaxPairs + kWorkers - 1) / kWorkers;
+  constexpr bool kEarlyPages = kPerThread <= 2;
+  int page_of[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = tid + j * kWorkers;
+    page_of[j] = -1;
+    if (i >= pairs) continue;
     const int tok = i / topk, k = i - tok * topk;
     const int pos = s_pos[tok];
     int id = -1;
@@ -196,16 +211,22 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
       }
     }
     pair_id[i] = id;
+    if (kEarlyPages && id >= 0) page_of[j] = table[id];
   }
   sync();
 
-  // Into the set: linear probing from a multiplicative hash (at most half full).
-  for (int i = tid; i < pairs; i += kWorkers) {
+  // Into the set: linear probing from a multiplicative hash (at most half
+  // full); the thread that claims a slot writes its id's page.
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = tid + j * kWorkers;
+    if (i >= pairs) continue;
     const int id = pair_id[i];
     if (id < 0) continue;
     unsigned h = (unsigned(id) * 2654435761u) >> 22;  // 10 bits: kTileHashSlots = 1024
     for (;;) {
       const int old = atomicCAS(&hash_key[h], -1, id);
+      if (kEarlyPages && old == -1) hash_page[h] = page_of[j];
       if (old == -1 || old == id) break;
       h = (h + 1) & (kTileHashSlots - 1);
     }
@@ -219,7 +240,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
     if (id < 0) continue;
     const int u = atomicAdd(&scalars[1], 1);
     distinct[u] = h;
-    const int page = table[id];
+    const int page = kEarlyPages ? hash_page[h] : table[id];
     good_page[u] = page;
     if (page >= 0 && page < p.num_pages) {
       good_id[u] = id;

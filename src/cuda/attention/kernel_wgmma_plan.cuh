@@ -78,10 +78,12 @@ __device__ __forceinline__ void write_plan_header(std::int32_t* header, int requ
 // type) in Q buffer b, where the union's
 // scratch lives until the rows overwrite it. kWorkers threads (w in
 // [0, kWorkers), whole warps) run it, `sync` joins them; the caller publishes
-// the plan.
-template <bool kF16, int kWorkers, class Sync>
+// the plan. `after_union(n, head, list)` runs on every worker once the union
+// is listed, before the rows are staged (the first tile's first K load starts
+// there, so that it does not wait for the rows).
+template <bool kF16, int kWorkers, class Sync, class AfterUnion>
 __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t item, unsigned char* smem, int b,
-                                          int w, int lane, Sync sync) {
+                                          int w, int lane, Sync sync, AfterUnion after_union) {
   using W = WgmmaTile;
   static_assert(kWorkers >= kTileMaxTokens, "a worker per tile token");
   const TileItem it = tile_item(p, item);
@@ -101,6 +103,7 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
     write_plan_header(header, t.request, t.first, t.count, t.head, n, max_pos);
     header[PlanHeader::kSplit] = split;
   }
+  after_union(n, t.head, list);
   // The rows, over the union's scratch (every planner is past it: the builder ends with a sync).
   if (t.count > 0) stage_q_rows<kF16, kWorkers>(p, q, t.count, t.head, [&](int tok) { return t.first + tok; }, w);
   sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)

@@ -25,14 +25,30 @@ __device__ __forceinline__ void zero_v_rows(unsigned char* tile, int keys, int l
   sm90::fence_proxy_async();
 }
 
+// The K tile of the CTA's g-th streamed block (on `page`) into its slot by
+// TMA, once the slot is free (one thread).
+__device__ __forceinline__ void load_k_tile(const KvMaps& maps, int page, int head, unsigned char* smem,
+                                            const WgmmaBars& bar, int g) {
+  using W = WgmmaTile;
+  const int s = ring_slot(g);
+  const int c1 = map_coord(maps, 1, head, page), c2 = map_coord(maps, 2, head, page),
+            c3 = map_coord(maps, 3, head, page);
+  const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
+  if (g >= W::kSlots) sm90::mbar_wait(bar.empty_k(s), ring_parity(g) ^ 1u);  // the slot's previous use
+  sm90::mbar_arrive_expect_tx(bar.full_k(s), W::kPlaneBytes);
+  sm90::tma_load_4d(k_dst, &maps.k, bar.full_k(s), 0, c1, c2, c3);
+  sm90::tma_load_4d(k_dst + W::kAtomBytes, &maps.k, bar.full_k(s), 64, c1, c2, c3);
+}
+
 // bf16 / fp16 producer (one warp), one tile: K and V of every union block by
-// TMA straight into the slots; g0 blocks went before it. Block g waits for
-// block g - 2's slot. The tail block's V goes through its own barrier
-// (`tails` uses of it before) so that the warp can zero its unwritten rows
-// before publishing it.
+// TMA straight into the slots (the K tiles of the first k_issued blocks went
+// already); g0 blocks went before it. Block g waits for block g - 2's slot.
+// The tail block's V goes through its own barrier (`tails` uses of it
+// before) so that the warp can zero its unwritten rows before publishing it.
 __device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
                                                  int tail_block, int tail_keys, unsigned char* smem,
-                                                 const WgmmaBars& bar, int lane, int g0, int& tails) {
+                                                 const WgmmaBars& bar, int lane, int g0, int& tails,
+                                                 int k_issued) {
   using W = WgmmaTile;
   for (int i = 0; i < n; ++i) {
     const int g = g0 + i, s = ring_slot(g);
@@ -40,13 +56,9 @@ __device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileE
     const int page = entries.page[i];
     const int c1 = map_coord(maps, 1, head, page), c2 = map_coord(maps, 2, head, page),
               c3 = map_coord(maps, 3, head, page);
-    const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
     const std::uint32_t v_dst = smem_u32(smem + W::kV + s * W::kPlaneBytes);
     if (lane == 0) {
-      if (g >= W::kSlots) sm90::mbar_wait(bar.empty_k(s), parity);
-      sm90::mbar_arrive_expect_tx(bar.full_k(s), W::kPlaneBytes);
-      sm90::tma_load_4d(k_dst, &maps.k, bar.full_k(s), 0, c1, c2, c3);
-      sm90::tma_load_4d(k_dst + W::kAtomBytes, &maps.k, bar.full_k(s), 64, c1, c2, c3);
+      if (i >= k_issued) load_k_tile(maps, page, head, smem, bar, g);
       if (g >= W::kSlots) sm90::mbar_wait(bar.empty_v(s), parity);
     }
     __syncwarp();

@@ -71,12 +71,12 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   auto tile_number = [&](int j) { return first_tile + std::int64_t(j) * stride; };
   auto has_tile = [&](int j) { return tile_number(j) < tile_count; };
   if (!has_tile(0)) return;
-  auto plan = [&](int j, int b, int w, int lane, auto sync, auto workers) {
+  auto plan = [&](int j, int b, int w, int lane, auto sync, auto workers, auto after_union) {
     constexpr int kWorkers = decltype(workers)::value;
     if constexpr (kKeyMajor)
       plan_item<kF16, kWorkers>(p, tile_number(j), smem, b, w, sync);
     else
-      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync);
+      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync, after_union);
   };
   auto plan_at = [&](int j) { return smem + W::kPlans + plan_buffer(j) * W::kPlanBytes; };
 
@@ -93,8 +93,19 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     sm90::mbar_init(bar.tail(), 1);
     sm90::mbar_init_fence();
   }
-  // Tile 0: the whole CTA plans it (there is nothing to overlap yet).
-  plan(0, plan_buffer(0), tid, lane, [] { __syncthreads(); }, std::integral_constant<int, W::kThreads>{});
+  // Tile 0: the whole CTA plans it (there is nothing to overlap yet). With
+  // bf16 / fp16 caches the streaming warp starts the K load of its first
+  // block as soon as the union is listed, while the rows are staged (the
+  // other blocks' loads would compete with the rows).
+  int k_issued = 0;  // (the streaming warp)
+  plan(0, plan_buffer(0), tid, lane, [] { __syncthreads(); }, std::integral_constant<int, W::kThreads>{},
+       [&](int n, int head, unsigned char* list) {
+         if constexpr (kKind == KvKind::half && !kKeyMajor) {
+           if (warp != W::kProducerWarp || n == 0) return;
+           k_issued = 1;
+           if (lane == 0) load_k_tile(maps, list_entries(list).page[0], head, smem, bar, 0);
+         }
+       });
 
   if (warp >= W::kProducerWarp) {
     sm90::regs_dec<W::producer_regs(kKind)>();
@@ -107,7 +118,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
         if (j > 0) {
           if (j >= 2) sm90::named_barrier_sync(W::kPlanFree + b, W::kPlanFreeThreads);
           plan(j, b, ptid - 32, lane, [] { sm90::named_barrier_sync(W::kPlanBar, W::kPlanners); },
-               std::integral_constant<int, W::kPlanners>{});
+               std::integral_constant<int, W::kPlanners>{}, [](int, int, unsigned char*) {});
           sm90::named_barrier_arrive(W::kPlanFull + b, W::kPlanFullThreads);
         }
         if constexpr (kKind == KvKind::half) continue;
@@ -121,7 +132,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const int n = header[PlanHeader::kEntries], head = header[PlanHeader::kHead];
       const int tail_block = header[PlanHeader::kTailBlock], tail_keys = header[PlanHeader::kTailKeys];
       if constexpr (kKind == KvKind::half)
-        load_half_blocks(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails);
+        load_half_blocks(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails,
+                         j == 0 ? k_issued : 0);
       else if constexpr (kKind == KvKind::nvfp4)
         widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       else
