@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
   // The query loads go out first: their round trip overlaps the scan's two.
   RowQuery<kKind> query;
   query.load(p, w, tid);
-  if (row_push_merge(kKind) && w.splits > 1 && p.cluster_splits > 1)
+  if (row_push_merge(kKind) && cluster_merged(p, w))
     push_init(smem_u32(smem + L::kExtra), p.group, w.split, w.splits, tid);
   if (warp == 0) {
     const int n = scan_row(p, w, lane, s_ids, s_pages, s_blocks);

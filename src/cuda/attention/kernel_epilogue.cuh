@@ -128,7 +128,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   }
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * p.group;
   const int chunks = p.group * 16;  // (row, 8-dim chunk) items
-  const bool cluster = w.splits > 1 && p.cluster_splits > 1;
+  const bool cluster = cluster_merged(p, w);
   const bool push = row_push_merge(kKind) && cluster;  // else a cluster pulls (raw fp8)
   const std::uint32_t push_area = smem_u32(smem + L::kExtra);
 

@@ -17,12 +17,20 @@
 
 #include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/kernel_combine.cuh"
+#include "cuda/attention/kernel_entries.cuh"
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/ptx.cuh"
 #include "cuda/attention/wgmma.cuh"
 
 namespace msa::cuda::attention {
+
+// Whether the row's splits merge inside a thread-block cluster (by pushes,
+// or for the raw fp8 kinds by pulls, kernel_combine.cuh): more than one
+// split, launched as a cluster.
+__device__ __forceinline__ bool cluster_merged(const AttendParams& p, const RowWork& w) {
+  return w.splits > 1 && p.cluster_splits > 1;
+}
 
 // Items (of `chunks`) that split `split` of `splits` owns.
 __device__ __forceinline__ int owned_items(int chunks, int split, int splits) {
