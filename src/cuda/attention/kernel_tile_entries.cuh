@@ -30,7 +30,8 @@ struct UnionScratch {
   static constexpr int kGoodId = kDistinct + kTileMaxPairs * 4;    // int32 [512] their ids, INT32_MAX if bad page
   static constexpr int kGoodPage = kGoodId + kTileMaxPairs * 4;    // int32 [512] their pages
   static constexpr int kHashPage = kGoodPage + kTileMaxPairs * 4;   // int32 [1024] page of the slot's id
-  static constexpr int kBytes = kHashPage + kTileHashSlots * 4;
+  static constexpr int kLeadMask = kHashPage + kTileHashSlots * 4;  // uint64: tokens selecting the lead block
+  static constexpr int kBytes = kLeadMask + 8;
 };
 struct TileList {
   static constexpr int kEntryMask = 0;                                // uint64 [512] tokens selecting entry e
@@ -39,7 +40,7 @@ struct TileList {
   static constexpr int kPos = kEntryPage + kTileMaxPairs * 4;         // int32 [64] position of tile token t or -1
   static constexpr int kToken = kPos + kTileMaxTokens * 4;           // int32 [64] key-major: query token of t
   static constexpr int kSlot = kToken + kTileMaxTokens * 4;          // int32 [64] key-major: its top-k slot
-  static constexpr int kScalars = kSlot + kTileMaxTokens * 4;        // int32 [4]: entries, distinct ids
+  static constexpr int kScalars = kSlot + kTileMaxTokens * 4;        // int32 [4]: entries, distinct ids, lead block, its page
   static constexpr int kBytes = kScalars + 16;
 };
 struct TileMeta {
@@ -152,12 +153,19 @@ __device__ __forceinline__ TileItem tile_item(const AttendParams& p, std::int64_
 // kWorkers threads take part (tid in [0, kWorkers)), `sync` joins them all.
 // splits > 1 (split tiles): only the entries of rank split, split + splits,
 // ... are kept, in order.
+// `after_ids(scalars)` runs on every worker once its ids' loads are issued and
+// before their values are used (the first tile's query rows go out there). It
+// may name a lead block: one worker writes scalars[2] (the block, or -1) and
+// scalars[3] (its page, checked by that worker) before the first sync; when
+// the block is not -1 it is entry 0 (the tokens that selected it in its mask,
+// possibly none) and the other entries follow in ascending order. Only with
+// splits == 1.
 //   scratch: UnionScratch; list: TileList whose positions [count] are already
 //   set (-1: the token attends nothing)
-template <int kWorkers, class Sync>
+template <int kWorkers, class Sync, class AfterIds>
 __device__ __forceinline__ int build_union_with(const AttendParams& p, const TileWork& t, unsigned char* scratch,
-                                                unsigned char* list, int tid, Sync sync, int split = 0,
-                                                int splits = 1) {
+                                                unsigned char* list, int tid, Sync sync, AfterIds after_ids,
+                                                int split = 0, int splits = 1) {
   auto* hash_mask = reinterpret_cast<unsigned long long*>(scratch + UnionScratch::kHashMask);
   auto* hash_key = reinterpret_cast<int*>(scratch + UnionScratch::kHashKey);
   auto* pair_id = reinterpret_cast<std::int32_t*>(scratch + UnionScratch::kPairId);
@@ -170,6 +178,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   auto* entry_page = reinterpret_cast<std::int32_t*>(list + TileList::kEntryPage);
   const auto* s_pos = reinterpret_cast<const std::int32_t*>(list + TileList::kPos);
   auto* scalars = reinterpret_cast<int*>(list + TileList::kScalars);
+  auto* lead_mask = reinterpret_cast<unsigned long long*>(scratch + UnionScratch::kLeadMask);
 
   const int topk = p.topk_count;
   const int pairs = t.count * topk;  // <= kTileMaxPairs (tile_tokens)
@@ -181,7 +190,10 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
     hash_key[h] = -1;
     hash_mask[h] = 0;
   }
-  if (tid == 0) scalars[0] = scalars[1] = 0;
+  if (tid == 0) {
+    scalars[0] = scalars[1] = 0;
+    *lead_mask = 0;
+  }
   // Each thread's pairs are i = tid + j * kWorkers. With at most two per
   // thread (a whole CTA planning) their pages are loaded here and used only
   // once the set is built, so that the block-table round trip overlaps the
@@ -189,7 +201,18 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   // path, with fewer registers) look the pages up per distinct id after it.
   constexpr int kPerThread = (kTileMaxPairs + kWorkers - 1) / kWorkers;
   constexpr bool kEarlyPages = kPerThread <= 2;
-  int page_of[kPerThread];
+  int page_of[kPerThread], raw_of[kPerThread];
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = tid + j * kWorkers;
+    raw_of[j] = -1;
+    if (i >= pairs) continue;
+    const int tok = i / topk, k = i - tok * topk;
+    if (s_pos[tok] >= 0 && table_ok)
+      raw_of[j] = p.topk[std::int64_t(t.first + tok) * p.topk_token_stride +
+                         std::int64_t(t.head) * p.topk_head_stride + k];
+  }
+  after_ids(scalars);
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = tid + j * kWorkers;
@@ -200,8 +223,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
     int id = -1;
     if (pos >= 0 && table_ok) {
       const int token = t.first + tok;
-      const int raw = p.topk[std::int64_t(token) * p.topk_token_stride +
-                             std::int64_t(t.head) * p.topk_head_stride + k];
+      const int raw = raw_of[j];
       const int last = pos / kBlockKeys;
       if (raw >= 0) {
         if (raw > last || raw >= p.table_cols)
@@ -216,13 +238,19 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   sync();
 
   // Into the set: linear probing from a multiplicative hash (at most half
-  // full); the thread that claims a slot writes its id's page.
+  // full); the thread that claims a slot writes its id's page. The lead
+  // block's selections go to its own mask.
+  const int lead = scalars[2];
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = tid + j * kWorkers;
     if (i >= pairs) continue;
     const int id = pair_id[i];
     if (id < 0) continue;
+    if (id == lead) {
+      atomicOr(lead_mask, 1ull << (i / topk));
+      continue;
+    }
     unsigned h = (unsigned(id) * 2654435761u) >> 22;  // 10 bits: kTileHashSlots = 1024
     for (;;) {
       const int old = atomicCAS(&hash_key[h], -1, id);
@@ -235,6 +263,13 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   sync();
 
   // The distinct ids (slot order), each with its page; bad pages drop out.
+  // The lead block (its page good) is entry 0.
+  if (tid == 0 && lead >= 0) {
+    entry_block[0] = lead;
+    entry_page[0] = scalars[3];
+    entry_mask[0] = *lead_mask;
+    scalars[0] = 1;
+  }
   for (int h = tid; h < kTileHashSlots; h += kWorkers) {
     const int id = hash_key[h];
     if (id < 0) continue;
@@ -256,7 +291,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   for (int u = tid; u < n_distinct; u += kWorkers) {
     const int id = good_id[u];
     if (id == 0x7fffffff) continue;
-    int rank = 0;
+    int rank = lead >= 0 ? 1 : 0;
     for (int v = 0; v < n_distinct; ++v) rank += good_id[v] < id;
     if (rank % splits != split) continue;
     rank /= splits;
@@ -275,7 +310,9 @@ template <int kCtaThreads = kTileThreads>
 __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork& t, unsigned char* extra,
                                            int tid) {
   return build_union_with<kCtaThreads>(p, t, extra + TileMeta::kScratch, extra + TileMeta::kList, tid,
-                                       [] { __syncthreads(); });
+                                       [] { __syncthreads(); }, [tid](int* scalars) {
+                                         if (tid == 0) scalars[2] = -1;  // no lead block
+                                       });
 }
 
 }  // namespace msa::cuda::attention

@@ -27,7 +27,8 @@ __device__ __forceinline__ int wgmma_q_offset(int row, int c) {
 // for tok < count, zero past count. kWorkers threads (w in [0, kWorkers))
 // share the 16-byte chunks: copied by cp.async when the query already is the
 // MMA type (every chunk in flight at once), else converted through registers.
-template <bool kF16, int kWorkers, class TokenOf>
+// kNoWait: the copies are left in flight (the caller waits: cp_async_wait).
+template <bool kF16, int kWorkers, class TokenOf, bool kNoWait = false>
 __device__ __forceinline__ void stage_q_rows(const AttendParams& p, unsigned char* q, int count, int head,
                                              TokenOf token_of, int w) {
   constexpr int kChunks = kTileRows * 16;  // 16-byte chunks of 8 elements
@@ -47,7 +48,7 @@ __device__ __forceinline__ void stage_q_rows(const AttendParams& p, unsigned cha
       cp_async16_zfill(base + std::uint32_t(wgmma_q_offset(row, c)), src, at >= 0 ? 16 : 0);
     }
     cp_async_commit();
-    cp_async_wait<0>();
+    if (!kNoWait) cp_async_wait<0>();
     return;
   }
 #pragma unroll 2
@@ -75,28 +76,60 @@ __device__ __forceinline__ void write_plan_header(std::int32_t* header, int requ
 // Plans item number `item` into plan buffer b: a tile (tile_of_cta) or, when
 // it splits, its share of the union (tile_item). Writes the header, token
 // positions and union list, and the tile's query rows (converted to the MMA
-// type) in Q buffer b, where the union's
-// scratch lives until the rows overwrite it. kWorkers threads (w in
-// [0, kWorkers), whole warps) run it, `sync` joins them; the caller publishes
-// the plan. `after_union(n, head, list)` runs on every worker once the union
-// is listed, before the rows are staged (the first tile's first K load starts
-// there, so that it does not wait for the rows).
-template <bool kF16, int kWorkers, class Sync, class AfterUnion>
+// type) in Q buffer b. kWorkers threads (w in [0, kWorkers), whole warps) run
+// it, `sync` joins them; the caller publishes the plan. `after_union(n, head,
+// list)` runs on every worker once the union is listed, before the rows are
+// staged (the first tile's first K loads start there, so that they do not
+// wait for the rows).
+// The planners of later tiles build the union in Q buffer b, where the rows
+// then overwrite its scratch. The whole CTA planning its first tile (kWorkers
+// = WgmmaTile::kThreads) builds it in the other Q buffer, so that the rows go
+// out as soon as the ids have (when the query is the MMA type); and worker
+// kLeadWorker names the tile's last block, the block of its last position, as
+// the lead block (entry 0 of the union) when its page is good and the item is
+// a whole tile: `lead_load(page, head)` starts its K load and says whether it
+// did (false: no lead block), before the union is built.
+inline constexpr int kLeadWorker = WgmmaTile::kProducerWarp * 32;
+template <bool kF16, int kWorkers, class Sync, class AfterUnion, class LeadLoad>
 __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t item, unsigned char* smem, int b,
-                                          int w, int lane, Sync sync, AfterUnion after_union) {
+                                          int w, int lane, Sync sync, AfterUnion after_union, LeadLoad lead_load) {
   using W = WgmmaTile;
   static_assert(kWorkers >= kTileMaxTokens, "a worker per tile token");
+  constexpr bool kFirst = kWorkers == W::kThreads;
+  static_assert(!kFirst || kLeadWorker < kWorkers, "the lead worker plans");
   const TileItem it = tile_item(p, item);
   const int split = it.split, splits = it.splits;
   const TileWork t = tile_of_cta(p, it.tile, lane);
   unsigned char* plan = smem + W::kPlans + b * W::kPlanBytes;
   unsigned char* list = plan + W::kHeaderBytes;
   unsigned char* q = smem + W::kQ + b * W::kQBuf;
+  unsigned char* scratch = kFirst ? smem + W::kQ + (1 - b) * W::kQBuf : q;
   auto* header = reinterpret_cast<std::int32_t*>(plan);
   auto* pos = reinterpret_cast<std::int32_t*>(list + TileList::kPos);
   if (w < t.count) pos[w] = token_position(t.first + w, t.seq, t.q0, t.q1);
   sync();
-  const int n = t.request >= 0 ? build_union_with<kWorkers>(p, t, q, list, w, sync, split, splits) : 0;
+  auto token_of = [&](int tok) { return t.first + tok; };
+  const bool early_rows = kFirst && t.count > 0 && p.q_kind == (kF16 ? kQueryFp16 : kQueryBf16);
+  auto after_ids = [&](int* scalars) {
+    if (kFirst && w == kLeadWorker) {
+      // The lead block: the block of the tile's last position, if its page is good.
+      int max_pos = -1;
+      for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
+      const int block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
+      int lead = -1, page = -1;
+      if (splits == 1 && block >= 0 && block < p.table_cols && t.request >= 0 && t.request < p.table_rows) {
+        page = p.table[std::int64_t(t.request) * p.table_stride + block];
+        if (page >= 0 && page < p.num_pages && lead_load(page, t.head)) lead = block;
+      }
+      scalars[2] = lead;
+      scalars[3] = page;
+    } else if (!kFirst && w == 0) {
+      scalars[2] = -1;
+    }
+    if (early_rows) stage_q_rows<kF16, kWorkers, decltype(token_of), true>(p, q, t.count, t.head, token_of, w);
+  };
+  const int n = t.request >= 0 ? build_union_with<kWorkers>(p, t, scratch, list, w, sync, after_ids, split, splits)
+                               : 0;
   if (w == 0) {
     int max_pos = -1;
     for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
@@ -105,7 +138,10 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
   }
   after_union(n, t.head, list);
   // The rows, over the union's scratch (every planner is past it: the builder ends with a sync).
-  if (t.count > 0) stage_q_rows<kF16, kWorkers>(p, q, t.count, t.head, [&](int tok) { return t.first + tok; }, w);
+  if (early_rows)
+    cp_async_wait<0>();
+  else if (t.count > 0)
+    stage_q_rows<kF16, kWorkers>(p, q, t.count, t.head, token_of, w);
   sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)
   sync();
 }

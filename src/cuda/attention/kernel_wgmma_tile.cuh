@@ -7,7 +7,10 @@
 //  - The CTA is persistent for bf16 / fp16 caches (one per SM, tiles
 //    blockIdx.x, blockIdx.x + gridDim.x, ...) and takes one tile for fp8 / nvfp4.
 //  - The whole CTA plans its first tile (plan_tile: the tile lookup, the union
-//    list, the query rows); then three warps of the producer warpgroup plan
+//    list, the query rows, which go out with the top-k ids; bf16 / fp16: the
+//    K tile of the block of the tile's last position, the "lead block", goes
+//    out before the union is built, and that block is the union's entry 0);
+//    then three warps of the producer warpgroup plan
 //    tile j + 1 while tile j runs, into the other of two plan buffers, so that
 //    the consumers do not wait for a tile's global-memory round trips.
 //  - The producer's first warp streams the union's blocks into two-slot
@@ -71,13 +74,14 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   auto tile_number = [&](int j) { return first_tile + std::int64_t(j) * stride; };
   auto has_tile = [&](int j) { return tile_number(j) < tile_count; };
   if (!has_tile(0)) return;
-  auto plan = [&](int j, int b, int w, int lane, auto sync, auto workers, auto after_union) {
+  auto plan = [&](int j, int b, int w, int lane, auto sync, auto workers, auto after_union, auto lead_load) {
     constexpr int kWorkers = decltype(workers)::value;
     if constexpr (kKeyMajor)
       plan_item<kF16, kWorkers>(p, tile_number(j), smem, b, w, sync);
     else
-      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync, after_union);
+      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync, after_union, lead_load);
   };
+  auto no_lead = [](int, int) { return false; };
   auto plan_at = [&](int j) { return smem + W::kPlans + plan_buffer(j) * W::kPlanBytes; };
 
   if (tid == W::kProducerWarp * 32) {
@@ -94,16 +98,28 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     sm90::mbar_init_fence();
   }
   // Tile 0: the whole CTA plans it (there is nothing to overlap yet). With
-  // bf16 / fp16 caches the streaming warp starts the K load of its first
-  // block as soon as the union is listed, while the rows are staged (the
-  // other blocks' loads would compete with the rows).
+  // bf16 / fp16 caches the streaming warp's lane 0 (kLeadWorker) starts the
+  // lead block's K load before the union is built, and the K load of the
+  // union's next block (entry 1 after a lead block, else entry 0) once the
+  // union is listed.
   int k_issued = 0;  // (the streaming warp)
   plan(0, plan_buffer(0), tid, lane, [] { __syncthreads(); }, std::integral_constant<int, W::kThreads>{},
        [&](int n, int head, unsigned char* list) {
          if constexpr (kKind == KvKind::half && !kKeyMajor) {
-           if (warp != W::kProducerWarp || n == 0) return;
-           k_issued = 1;
-           if (lane == 0) load_k_tile(maps, list_entries(list).page[0], head, smem, bar, 0);
+           if (warp != W::kProducerWarp) return;
+           const bool lead = reinterpret_cast<const int*>(list + TileList::kScalars)[2] >= 0;
+           k_issued = lead ? 1 : 0;
+           if (k_issued >= n) return;
+           if (lane == 0) load_k_tile(maps, list_entries(list).page[k_issued], head, smem, bar, k_issued);
+           ++k_issued;
+         }
+       },
+       [&](int page, int head) {
+         if constexpr (kKind == KvKind::half && !kKeyMajor) {
+           load_k_tile(maps, page, head, smem, bar, 0);  // (kLeadWorker: this warp's lane 0)
+           return true;
+         } else {
+           return false;
          }
        });
 
@@ -118,7 +134,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
         if (j > 0) {
           if (j >= 2) sm90::named_barrier_sync(W::kPlanFree + b, W::kPlanFreeThreads);
           plan(j, b, ptid - 32, lane, [] { sm90::named_barrier_sync(W::kPlanBar, W::kPlanners); },
-               std::integral_constant<int, W::kPlanners>{}, [](int, int, unsigned char*) {});
+               std::integral_constant<int, W::kPlanners>{}, [](int, int, unsigned char*) {}, no_lead);
           sm90::named_barrier_arrive(W::kPlanFull + b, W::kPlanFullThreads);
         }
         if constexpr (kKind == KvKind::half) continue;
