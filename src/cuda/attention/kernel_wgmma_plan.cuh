@@ -109,12 +109,16 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
   if (w < t.count) pos[w] = token_position(t.first + w, t.seq, t.q0, t.q1);
   sync();
   auto token_of = [&](int tok) { return t.first + tok; };
+  auto max_position = [&] {
+    int max_pos = -1;
+    for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
+    return max_pos;
+  };
   const bool early_rows = kFirst && t.count > 0 && p.q_kind == (kF16 ? kQueryFp16 : kQueryBf16);
   auto after_ids = [&](int* scalars) {
     if (kFirst && w == kLeadWorker) {
       // The lead block: the block of the tile's last position, if its page is good.
-      int max_pos = -1;
-      for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
+      const int max_pos = max_position();
       const int block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
       int lead = -1, page = -1;
       if (splits == 1 && block >= 0 && block < p.table_cols && t.request >= 0 && t.request < p.table_rows) {
@@ -131,9 +135,7 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
   const int n = t.request >= 0 ? build_union_with<kWorkers>(p, t, scratch, list, w, sync, after_ids, split, splits)
                                : 0;
   if (w == 0) {
-    int max_pos = -1;
-    for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
-    write_plan_header(header, t.request, t.first, t.count, t.head, n, max_pos);
+    write_plan_header(header, t.request, t.first, t.count, t.head, n, max_position());
     header[PlanHeader::kSplit] = split;
   }
   after_union(n, t.head, list);
