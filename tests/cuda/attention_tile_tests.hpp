@@ -288,4 +288,55 @@ TEST(CudaAttentionRows, TilesSkipAndRecordBadIndices) {
   }
 }
 
+// The first tile of a wgmma CTA takes the block of its last position (the
+// "lead block") as its first entry, loaded before the union is built. Rows
+// that did not select that block must not see it, whichever tokens of the
+// tile did; and an unselected lead block with a bad block-table entry is
+// neither read nor recorded.
+TEST(CudaAttentionTileLead, RowsWithoutTheirOwnBlock) {
+  MSA_SKIP_WITHOUT_GPU();
+  Case c = named("tiles_lead_block");
+  c.seed = 516;
+  // Request 0: one block for all its tokens; 1: positions 0-18 (the own block
+  // is the only eligible one); 2: tiles across the block boundary at 1024.
+  c.requests = std::vector<RequestShape>{{40, 900}, {19, 0}, {130, 1000}};
+  MSA_TRACE_SEED(c.seed);
+  Workload w = make_workload(c);
+  const BatchMetadata& meta = w.meta();
+  const auto good = clustered_topk(meta, c.kv_heads, c.topk, c.seed, false);
+  // The lists without each token's own block (kept ascending, -1 at the end)
+  // for the tokens `drop` picks.
+  auto without_own = [&](auto drop) {
+    auto topk = good;
+    for (std::int32_t t = 0; t < meta.num_tokens; ++t) {
+      if (!drop(t)) continue;
+      const std::int32_t own = meta.token_position[t] / 128;
+      for (int h = 0; h < c.kv_heads; ++h) {
+        auto row = topk.begin() + (std::int64_t(t) * c.kv_heads + h) * c.topk;
+        auto end = std::remove(row, row + c.topk, own);
+        std::fill(end, row + c.topk, -1);
+      }
+    }
+    return topk;
+  };
+  auto run = [&](const std::vector<std::int32_t>& topk, bool bad_page, const char* what) {
+    DeviceInputs d(w, meta, topk);
+    if (bad_page) {  // request 0's own block, selected by none of its tokens
+      const std::int32_t page = std::int32_t(w.num_pages + 5), block = meta.token_position[0] / 128;
+      MSA_CUDA_CHECK(cudaMemcpy(d.table.data() + block, &page, sizeof(page), cudaMemcpyHostToDevice));
+    }
+    Planned p = make_tiles_plan(meta, d.shape);
+    msa::test::CheckBuffer check;
+    msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
+    msa::test::device_sync();
+    EXPECT_EQ(check.message(), "") << what;
+    w.topk = topk;
+    expect_close(d.result(), oracle(w, meta, topk), what);
+  };
+  run(without_own([](std::int32_t t) { return t % 2 == 0; }), false, "tiles: every other token without its own block");
+  run(without_own([](std::int32_t) { return true; }), false, "tiles: no token with its own block");
+  run(without_own([&](std::int32_t t) { return t < meta.query_start[1]; }), true,
+      "tiles: unselected own block with a bad page");
+}
+
 }  // namespace
