@@ -139,7 +139,8 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
     header[PlanHeader::kSplit] = split;
   }
   after_union(n, t.head, list);
-  // The rows, over the union's scratch (every planner is past it: the builder ends with a sync).
+  // The rows: the first tile's are in flight already; later tiles' go over
+  // the union's scratch (every planner is past it: the builder ends with a sync).
   if (early_rows)
     cp_async_wait<0>();
   else if (t.count > 0)
