@@ -42,7 +42,13 @@ struct TileList {
   static constexpr int kSlot = kToken + kTileMaxTokens * 4;          // int32 [64] key-major: its top-k slot
   static constexpr int kScalars = kSlot + kTileMaxTokens * 4;        // int32 [4]: entries, distinct ids, lead block, its page
   static constexpr int kBytes = kScalars + 16;
+  static constexpr int kLeadBlock = 2, kLeadPage = 3;  // indices into kScalars: the lead block (-1: none), its page
 };
+// The lead block of a listed union (build_union_with): its entry 0, or -1.
+//   list: TileList
+__device__ __forceinline__ int lead_block(const unsigned char* list) {
+  return reinterpret_cast<const int*>(list + TileList::kScalars)[TileList::kLeadBlock];
+}
 struct TileMeta {
   static constexpr int kScratch = 0;
   static constexpr int kList = UnionScratch::kBytes;
@@ -155,8 +161,9 @@ __device__ __forceinline__ TileItem tile_item(const AttendParams& p, std::int64_
 // ... are kept, in order.
 // `after_ids(scalars)` runs on every worker once its ids' loads are issued and
 // before their values are used (the first tile's query rows go out there). It
-// may name a lead block: one worker writes scalars[2] (the block, or -1) and
-// scalars[3] (its page, checked by that worker) before the first sync; when
+// may name a lead block: one worker writes scalars[TileList::kLeadBlock] (the
+// block, or -1) and scalars[TileList::kLeadPage] (its page, checked by that
+// worker) before the first sync; when
 // the block is not -1 it is entry 0 (the tokens that selected it in its mask,
 // possibly none) and the other entries follow in ascending order. Only with
 // splits == 1.
@@ -240,7 +247,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   // Into the set: linear probing from a multiplicative hash (at most half
   // full); the thread that claims a slot writes its id's page. The lead
   // block's selections go to its own mask.
-  const int lead = scalars[2];
+  const int lead = scalars[TileList::kLeadBlock];
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = tid + j * kWorkers;
@@ -266,7 +273,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   // The lead block (its page good) is entry 0.
   if (tid == 0 && lead >= 0) {
     entry_block[0] = lead;
-    entry_page[0] = scalars[3];
+    entry_page[0] = scalars[TileList::kLeadPage];
     entry_mask[0] = *lead_mask;
     scalars[0] = 1;
   }
@@ -311,7 +318,7 @@ __device__ __forceinline__ int build_union(const AttendParams& p, const TileWork
                                            int tid) {
   return build_union_with<kCtaThreads>(p, t, extra + TileMeta::kScratch, extra + TileMeta::kList, tid,
                                        [] { __syncthreads(); }, [tid](int* scalars) {
-                                         if (tid == 0) scalars[2] = -1;  // no lead block
+                                         if (tid == 0) scalars[TileList::kLeadBlock] = -1;  // no lead block
                                        });
 }
 

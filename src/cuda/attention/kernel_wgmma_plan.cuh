@@ -125,10 +125,10 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
         page = p.table[std::int64_t(t.request) * p.table_stride + block];
         if (page >= 0 && page < p.num_pages && lead_load(page, t.head)) lead = block;
       }
-      scalars[2] = lead;
-      scalars[3] = page;
+      scalars[TileList::kLeadBlock] = lead;
+      scalars[TileList::kLeadPage] = page;
     } else if (!kFirst && w == 0) {
-      scalars[2] = -1;
+      scalars[TileList::kLeadBlock] = -1;
     }
     if (early_rows) stage_q_rows<kF16, kWorkers, decltype(token_of), true>(p, q, t.count, t.head, token_of, w);
   };

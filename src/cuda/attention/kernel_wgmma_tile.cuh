@@ -107,8 +107,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
        [&](int n, int head, unsigned char* list) {
          if constexpr (kKind == KvKind::half && !kKeyMajor) {
            if (warp != W::kProducerWarp) return;
-           const bool lead = reinterpret_cast<const int*>(list + TileList::kScalars)[2] >= 0;
-           k_issued = lead ? 1 : 0;
+           k_issued = lead_block(list) >= 0 ? 1 : 0;
            if (k_issued >= n) return;
            if (lane == 0) load_k_tile(maps, list_entries(list).page[k_issued], head, smem, bar, k_issued);
            ++k_issued;
