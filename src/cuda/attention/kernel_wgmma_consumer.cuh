@@ -154,6 +154,15 @@ __device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Co
   }
 }
 
+// The tile's tokens with rows in warpgroup wg (bits lo .. min(hi, count - 1)
+// for the 64 rows 64 wg .. 64 wg + 63 of G = group rows per token), as a mask.
+__device__ __forceinline__ std::uint64_t warpgroup_tokens(int wg, int group, int count) {
+  const int lo = (64 * wg) / group, hi = min((64 * wg + 63) / group, count - 1);
+  if (hi < lo) return 0;
+  const std::uint64_t upto = hi >= 63 ? ~std::uint64_t(0) : (std::uint64_t(1) << (hi + 1)) - 1;
+  return upto & ~((std::uint64_t(1) << lo) - 1);
+}
+
 // Threads of both consumer warpgroups (the turn's named barriers).
 inline constexpr int kTurnPeers = WgmmaTile::kConsumers * 128;
 
@@ -185,9 +194,7 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
       pos[i] = tok < count ? entries.pos[tok] : -1;
       bit[i] = pos[i] >= 0 ? std::uint64_t(1) << tok : 0;
     }
-    std::uint64_t wg_tokens = 0;  // tokens with rows in this warpgroup
-    for (int tok = (64 * c.wg) / p.group; tok <= (64 * c.wg + 63) / p.group && tok < count; ++tok)
-      wg_tokens |= std::uint64_t(1) << tok;
+    const std::uint64_t wg_tokens = warpgroup_tokens(c.wg, p.group, count);
     // Key-major: the rows' edges, read now (the plan buffer goes back to the
     // planners before the rows are written).
     std::int64_t at[2];
@@ -310,10 +317,7 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
   const int count = header[PlanHeader::kCount], head = header[PlanHeader::kHead];
   const int tok0 = c.row0 / p.group, tok1 = (c.row0 + 8) / p.group;  // the thread's rows' tokens
   const int pos0 = tok0 < count ? entries.pos[tok0] : -1, pos1 = tok1 < count ? entries.pos[tok1] : -1;
-  // Tokens of the tile with rows in this warpgroup (bits wg_lo .. min(wg_hi, count - 1)).
-  const int wg_lo = (64 * c.wg) / p.group, wg_hi = min((64 * c.wg + 63) / p.group, count - 1);
-  const std::uint64_t upto = wg_hi >= 63 ? ~std::uint64_t(0) : (std::uint64_t(1) << (wg_hi + 1)) - 1;
-  const std::uint64_t wg_tokens = wg_hi < wg_lo ? 0 : upto & ~((std::uint64_t(1) << wg_lo) - 1);
+  const std::uint64_t wg_tokens = warpgroup_tokens(c.wg, p.group, count);
   const std::uint32_t q_base = c.q_base(0);
 
   float o[64], sc[64], m[2], l[2];
