@@ -62,6 +62,7 @@ struct Case {
   bool clustered = false;              // neighbouring tokens share most blocks (clustered_topk)
   bool force_tiles = false;            // prefill rows through the token-tile kernel (no prefill split)
   bool small = false;                  // also run under the sanitizer
+  float score_gain = 1.0f;             // the softmax scale times this: sharp rows, whose max jumps between blocks
   int expect_key_major = -1;           // 1: the device must run key-major, 0: the token tiles, -1: either
   std::uint64_t seed = 1;
 };
@@ -86,6 +87,7 @@ msa::WorkloadSpec spec_of(const Case& c) {
   s.requests = c.requests;
   s.decode_threshold = c.decode_threshold;
   s.seed = c.seed;
+  s.model.softmax_scale *= c.score_gain;
   if (c.extra_page_stride > 0) {
     const std::int64_t compact = c.kv == DType::nvfp4 ? 2 * c.kv_heads * msa::nvfp4::kSlotBytes
                                                       : std::int64_t(c.kv_heads) * 128 * 256;

@@ -18,6 +18,7 @@ namespace {
 // Prefill rows through the token-tile kernel (forced: no prefill split), over
 // every KV dtype, GQA groups whose tiles do not fill whole warps (G x T of 120,
 // 125, 96, 64, 32 rows), top-k 1 / 16 / 64, clustered and random selections,
+// sharp scores (a softmax scale 32 times the model's),
 // repeated and shuffled entries, causal edges at block boundaries, odd query
 // lengths, decode rows in the same step (the row kernel, a second launch), and
 // more tiles than SMs (the persistent wgmma CTAs loop over tiles).
@@ -48,6 +49,21 @@ std::vector<Case> tile_cases() {
     c.requests = small;
     c.small = true;
     add(c);
+  }
+  {  // scores spread over ~15 in log2 units: rows raise their max by more than
+     // the rescale slack in later blocks (O rescaled mid-tile)
+    Case c = named("tiles_bf16_g16_sharp");
+    c.score_gain = 32.0f;
+    c.requests = mixed;
+    add(c);
+  }
+  {
+    Case c = named("tiles_fp16_g8_sharp_random_small");
+    c.kv = DType::fp16, c.q = DType::fp16, c.scales = ScaleMode::none;
+    c.q_heads = 16, c.kv_heads = 2, c.score_gain = 32.0f;
+    c.requests = small + std::vector<RequestShape>{{130, 1000}};
+    c.small = true;
+    add(c, true);
   }
   {
     Case c = named("tiles_fp16_g8_shuffled");
