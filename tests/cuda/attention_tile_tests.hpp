@@ -50,8 +50,8 @@ std::vector<Case> tile_cases() {
     c.small = true;
     add(c);
   }
-  {  // scores spread over ~15 in log2 units: rows raise their max by more than
-     // the rescale slack in later blocks (O rescaled mid-tile)
+  {  // a softmax scale 32 times the model's, so that rows' maxima move by more
+     // than the rescale slack from block to block (O rescaled mid-tile)
     Case c = named("tiles_bf16_g16_sharp");
     c.score_gain = 32.0f;
     c.requests = mixed;

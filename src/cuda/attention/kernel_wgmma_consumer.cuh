@@ -155,7 +155,8 @@ __device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Co
 }
 
 // The tile's tokens with rows in warpgroup wg (bits lo .. min(hi, count - 1)
-// for the 64 rows 64 wg .. 64 wg + 63 of G = group rows per token), as a mask.
+// for the 64 rows 64 wg .. 64 wg + 63 of G = group rows per token), as a mask
+// (count <= 64, the tile's token masks).
 __device__ __forceinline__ std::uint64_t warpgroup_tokens(int wg, int group, int count) {
   const int lo = (64 * wg) / group, hi = min((64 * wg + 63) / group, count - 1);
   if (hi < lo) return 0;
