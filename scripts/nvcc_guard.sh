@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# CUDA compiler launcher of the kernel libraries (src/cuda/CMakeLists.txt):
+# runs the compile command it is given and fails it when ptxas reports that it
+# serialized the wgmma instructions of a kernel (C7510-C7520 "Potential
+# Performance Loss: wgmma.mma_async instructions are serialized ..."). ptxas
+# prints that as "info", so the build would pass with a kernel that runs
+# ~40% slower; this makes it an error, like a register spill under -Werror.
+#
+#   nvcc_guard.sh COMPILER ARGS...
+set -uo pipefail
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+"$@" 2>"$log"
+rc=$?
+cat "$log" >&2
+if [[ $rc -eq 0 ]] && grep -q "wgmma.mma_async instructions are serialized" "$log"; then
+  echo "error: ptxas serialized the wgmma instructions (message above). Keep each wgmma group, its commit" \
+    "and its wait in straight-line code that every thread of the warpgroup runs (no per-warp branch around" \
+    "them), and keep the accumulators in registers." >&2
+  exit 1
+fi
+exit $rc
