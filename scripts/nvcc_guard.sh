@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # CUDA compiler launcher of the kernel libraries (src/cuda/CMakeLists.txt):
 # runs the compile command it is given and fails it when ptxas reports that it
-# serialized the wgmma instructions of a kernel (C7510-C7520 "Potential
-# Performance Loss: wgmma.mma_async instructions are serialized ..."). ptxas
-# prints that as "info", so the build would pass with a kernel that runs
-# ~40% slower; this makes it an error, like a register spill under -Werror.
+# serialized the wgmma instructions of a kernel ("Potential Performance Loss:
+# wgmma.mma_async instructions are serialized ...", C7518 for a wgmma under a
+# branch). ptxas prints that as "info", so the build would pass; the one such
+# kernel measured (bench/RESULTS.md, fifteenth session) ran 39-48% slower.
 #
 #   nvcc_guard.sh COMPILER ARGS...
 set -uo pipefail
