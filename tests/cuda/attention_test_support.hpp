@@ -63,6 +63,7 @@ struct Case {
   bool force_tiles = false;            // prefill rows through the token-tile kernel (no prefill split)
   bool small = false;                  // also run under the sanitizer
   float score_gain = 1.0f;             // the softmax scale times this: sharp rows, whose max jumps between blocks
+  int q_exponent = 0;                  // bf16 queries times 2^q_exponent, the softmax scale divided by it (same scores)
   int expect_key_major = -1;           // 1: the device must run key-major, 0: the token tiles, -1: either
   std::uint64_t seed = 1;
 };
@@ -88,6 +89,7 @@ msa::WorkloadSpec spec_of(const Case& c) {
   s.decode_threshold = c.decode_threshold;
   s.seed = c.seed;
   s.model.softmax_scale *= c.score_gain;
+  s.model.softmax_scale = std::ldexp(s.model.softmax_scale, -c.q_exponent);
   if (c.extra_page_stride > 0) {
     const std::int64_t compact = c.kv == DType::nvfp4 ? 2 * c.kv_heads * msa::nvfp4::kSlotBytes
                                                       : std::int64_t(c.kv_heads) * 128 * 256;
@@ -100,6 +102,15 @@ msa::WorkloadSpec spec_of(const Case& c) {
 Workload make_workload(const Case& c) {
   Workload w(spec_of(c));
   msa::cpu::insert_kv(w.kv_view(), w.insert_kv_args(), w.cpu_options());
+  if (c.q_exponent != 0) {  // exact: a power of two, within bf16's range
+    EXPECT_EQ(c.q, DType::bf16) << "q_exponent scales bf16 queries";
+    for (std::size_t i = 0; i + 1 < w.q.size(); i += 2) {
+      std::uint16_t h = 0;
+      std::memcpy(&h, &w.q[i], 2);
+      h = msa::num::float_to_bf16(std::ldexp(msa::num::bf16_to_float(h), c.q_exponent));
+      std::memcpy(&w.q[i], &h, 2);
+    }
+  }
   return w;
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -73,6 +74,19 @@ std::vector<Case> all_cases() {
         c.small = q == DType::fp16;
         add(c);
       }
+    }
+  }
+  // bf16 queries far beyond fp16's range and far below it: the fp8 / nvfp4 row
+  // kernels run on fp16 MMA with each query row scaled by a power of two.
+  for (DType kv : {DType::fp8_e4m3, DType::nvfp4}) {
+    for (int q_exponent : {20, -40}) {
+      Case c = named(std::string(msa::dtype_name(kv)) + "_bf16_query_times_2_" +
+                     (q_exponent < 0 ? "minus_" : "") + std::to_string(std::abs(q_exponent)));
+      c.kv = kv, c.q_exponent = q_exponent;
+      c.scales = kv == DType::nvfp4 ? ScaleMode::none : ScaleMode::per_tensor;
+      c.requests = small_mixed;
+      c.small = true;
+      add(c);
     }
   }
   for (DType q : {DType::bf16, DType::fp16}) {

@@ -183,6 +183,16 @@ void dispatch(DType kv, bool f16, const char* what, Fn&& fn) {
   }
 }
 
+// The row kernel's f16 for dispatch. It runs fp8 and nvfp4 caches on fp16
+// MMA whatever the output dtype: their codes become fp16 in one instruction
+// per pair, where bf16 takes four, and bf16 query rows are scaled into fp16's
+// range (query_scale.hpp). Per-token fp8 V scales multiply the probabilities
+// in the MMA type, where fp16's range could overflow: those rows keep the
+// output's type, as the token-tile kernels do.
+bool row_f16(DType kv, bool out_f16, bool token_v_scales) {
+  return out_f16 || (kv != DType::bf16 && kv != DType::fp16 && !token_v_scales);
+}
+
 // The row kernel (kTiles false) or the token-tile kernel.
 template <bool kTiles>
 void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaStream_t s) {
@@ -197,6 +207,11 @@ void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaSt
 }  // namespace
 
 void prepare_kernels(const AttentionShape& shape) {
+  // The row kernel on fp16 MMA (row_f16; the shape does not say whether fp8
+  // scales are per token), and every kernel on the output's type.
+  dispatch(shape.kv_dtype, true, "attention", [](auto kind, auto fp16) {
+    prepare_attend<decltype(kind)::value, decltype(fp16)::value>();
+  });
   dispatch(shape.kv_dtype, shape.out_dtype == DType::fp16, "attention", [](auto kind, auto fp16) {
     constexpr KvKind kKind = decltype(kind)::value;
     constexpr bool kF16 = decltype(fp16)::value;
@@ -208,13 +223,18 @@ void prepare_kernels(const AttentionShape& shape) {
 }
 
 ClusterCapacity cluster_capacity(const AttentionShape& shape) {
+  // Either row-kernel instance may run (row_f16): the smaller capacity.
   ClusterCapacity c;
-  dispatch(shape.kv_dtype, shape.out_dtype == DType::fp16, "attention", [&](auto kind, auto fp16) {
-    constexpr KvKind kKind = decltype(kind)::value;
-    constexpr bool kF16 = decltype(fp16)::value;
-    for (int size = 2; size <= kMaxClusterSplits; ++size)
-      c.clusters[size] = row_cluster_capacity<kKind, kF16>(size);
-  });
+  for (const bool f16 : {true, shape.out_dtype == DType::fp16}) {
+    dispatch(shape.kv_dtype, f16, "attention", [&](auto kind, auto fp16) {
+      constexpr KvKind kKind = decltype(kind)::value;
+      constexpr bool kF16 = decltype(fp16)::value;
+      for (int size = 2; size <= kMaxClusterSplits; ++size) {
+        const int n = row_cluster_capacity<kKind, kF16>(size);
+        c.clusters[size] = f16 ? n : std::min(c.clusters[size], n);
+      }
+    });
+  }
   return c;
 }
 
@@ -243,7 +263,8 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
                 tiles_ctas <= std::numeric_limits<std::int32_t>::max(),
             "attend: ", std::max(row_ctas, tiles_ctas),
             " CTAs exceed the grid limit (tokens x kv heads x splits)");
-  // The MMA type: the cache's for bf16 / fp16 caches, else the output's.
+  // The token tiles' MMA type: the cache's for bf16 / fp16 caches, else the
+  // output's (the row kernel's: row_f16).
   const bool f16 = args.out_dtype == DType::fp16;
   const auto s = static_cast<cudaStream_t>(stream);
   // Row kernel: one launch per class, so that each has its own cluster size.
@@ -251,13 +272,14 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
   if (decode_ctas > 0) {
     AttendParams d = p;
     d.cluster_splits = use_cluster_merge(p.decode_splits) ? p.decode_splits : 0;
-    launch<false>(d, args.cache.dtype, f16, decode_ctas, s);
+    launch<false>(d, args.cache.dtype, row_f16(args.cache.dtype, f16, p.v_scales != nullptr), decode_ctas, s);
   }
   if (row_ctas > decode_ctas) {
     AttendParams r = p;
     r.cta_offset = decode_ctas;
     r.cluster_splits = use_cluster_merge(p.prefill_splits) ? p.prefill_splits : 0;
-    launch<false>(r, args.cache.dtype, f16, row_ctas - decode_ctas, s);
+    launch<false>(r, args.cache.dtype, row_f16(args.cache.dtype, f16, p.v_scales != nullptr), row_ctas - decode_ctas,
+                  s);
   }
   if (tiles_ctas > 0) {
     p.tile_tokens = tokens_per_tile;

@@ -65,10 +65,18 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     }
   }
   const Stager<kKind, kF16, L, kThreads, true> stager{smem, p, w.head, tid};
-  query.store<kF16>(p, smem + L::kQ, tid);
+  query.store<kF16>(p, smem + L::kQ, reinterpret_cast<float*>(smem + L::kQScale), tid);
   __syncthreads();
   w.position = s_count[2];
   w.request = s_count[3];
+  // The score scale of the thread's rows lane / 4 and lane / 4 + 8 (times the
+  // rows' query factors where the query tile is scaled, RowQuery).
+  float row_scale[2] = {p.score_scale_log2, p.score_scale_log2};
+  if constexpr (RowQuery<kKind>::template scaled<kF16>()) {
+    const auto* q_scale = reinterpret_cast<const float*>(smem + L::kQScale);
+    row_scale[0] *= q_scale[lane >> 2];
+    row_scale[1] *= q_scale[(lane >> 2) + 8];
+  }
 
   std::uint32_t qf[8][4];
   load_query_fragments(qf, smem_u32(smem + L::kQ), lane);
@@ -101,11 +109,11 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     if constexpr (kKind == KvKind::nvfp4) {
       attend_block_fp4<kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), stager.raw_k_bytes(stage) + fp4f::kScaleOffset,
                              stager.raw_k_bytes(stage) + kNvfp4SlotBytes + fp4f::kScaleOffset, warp, lane,
-                             p.score_scale_log2, valid);
+                             row_scale, valid);
     } else if constexpr (kRawFp8) {
       const float* scales = stager.stage_scales(stage);
-      attend_block_fp8<kKind, kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), warp, lane, p.score_scale_log2,
-                                    valid, scales, scales != nullptr ? scales + kBlockKeys : nullptr);
+      attend_block_fp8<kKind, kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), warp, lane, row_scale, valid,
+                                    scales, scales != nullptr ? scales + kBlockKeys : nullptr);
     } else {
       attend_block<kF16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), warp, lane, p.score_scale_log2, valid,
                          k_scales, v_scales);

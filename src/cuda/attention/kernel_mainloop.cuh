@@ -46,10 +46,11 @@ __device__ __forceinline__ void load_query_fragments(std::uint32_t (&qf)[8][4], 
 // log2 units, per-token K scales, causal / selection mask, the online softmax
 // update of the warp's state (O rescaled), per-token V scales on the result.
 //   s: [kKeyTiles][4] accumulators, n-tile j = keys key_base + 8 j ..
+//   scale_log2: the score scale of the thread's rows lane / 4 and lane / 4 + 8
 template <int kKeyTiles>
 __device__ __forceinline__ void scores_to_probs(WarpState& st, float (&s)[kKeyTiles][4], int key_base, int lane,
-                                                float scale_log2, const int (&limit)[2], const float* k_scales,
-                                                const float* v_scales) {
+                                                const float (&scale_log2)[2], const int (&limit)[2],
+                                                const float* k_scales, const float* v_scales) {
   // Scale to log2 units, per-token K scales, causal / selection mask.
   const int col0 = key_base + 2 * (lane & 3);
 #pragma unroll
@@ -57,7 +58,7 @@ __device__ __forceinline__ void scores_to_probs(WarpState& st, float (&s)[kKeyTi
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int key = col0 + 8 * j + (e & 1);
-      float x = s[j][e] * scale_log2;
+      float x = s[j][e] * scale_log2[e >> 1];
       if (k_scales != nullptr) x *= k_scales[key];
       s[j][e] = key < limit[e >> 1] ? x : -INFINITY;
     }
@@ -140,7 +141,8 @@ __device__ __forceinline__ void attend_keys(WarpState& st, const std::uint32_t (
     }
   }
 
-  scores_to_probs<kKeyTiles>(st, s, key_base, lane, scale_log2, limit, k_scales, v_scales);
+  const float row_scale[2] = {scale_log2, scale_log2};
+  scores_to_probs<kKeyTiles>(st, s, key_base, lane, row_scale, limit, k_scales, v_scales);
 
   // O += P V: k-steps of 16 keys, 16 n-tiles of 8 dims.
 #pragma unroll
@@ -186,10 +188,12 @@ __device__ __forceinline__ std::uint32_t byte_perm(std::uint32_t x, std::uint32_
 // fp8f::out_dim (the epilogue maps them back). The query fragments come from
 // a tile staged with the fp8f::q_source_word permutation.
 //   raw_k, raw_v: shared addresses of [128 keys][128 codes] swizzled planes
+//   scale_log2: the score scale of the thread's rows lane / 4 and lane / 4 + 8
 template <KvKind kKind, bool kF16>
 __device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint32_t (&qf)[8][4], std::uint32_t raw_k,
-                                                 std::uint32_t raw_v, int warp, int lane, float scale_log2,
-                                                 int valid_keys, const float* k_scales, const float* v_scales) {
+                                                 std::uint32_t raw_v, int warp, int lane,
+                                                 const float (&scale_log2)[2], int valid_keys, const float* k_scales,
+                                                 const float* v_scales) {
   const int key_base = warp * 32;
   float s[4][4] = {};
 
@@ -244,11 +248,12 @@ __device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint3
 // come from a tile staged with the fp4f::q_source_word permutation.
 //   raw_k, raw_v: shared addresses of [128 keys][64 bytes] swizzled data planes
 //   k_scales, v_scales: [128 keys][8] e4m3 group scales (shared memory)
+//   scale_log2: the score scale of the thread's rows lane / 4 and lane / 4 + 8
 template <bool kF16>
 __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint32_t (&qf)[8][4], std::uint32_t raw_k,
                                                  std::uint32_t raw_v, const unsigned char* k_scales,
                                                  const unsigned char* v_scales, int warp, int lane,
-                                                 float scale_log2, int valid_keys) {
+                                                 const float (&scale_log2)[2], int valid_keys) {
   const int key_base = warp * 32;
   const int q = lane & 3;
   float s[4][4] = {};

@@ -14,6 +14,7 @@
 #include "cuda/attention/kernel_smem.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/ptx.cuh"
+#include "cuda/attention/query_scale.hpp"
 
 namespace msa::cuda::attention {
 
@@ -64,6 +65,23 @@ __device__ __forceinline__ uint4 query_raw_to_mma(const AttendParams& p, uint4 r
   return half8_to_mma<kF16>(p.q_kind == kQueryFp16, raw);
 }
 
+// The largest |q| among 8 bf16 query elements and `bits`, as bf16 bits (sign cleared).
+__device__ __forceinline__ std::uint32_t bf16x8_max_abs_bits(std::uint32_t bits, uint4 raw) {
+  bits = qscale::max_abs_bits(bits, raw.x);
+  bits = qscale::max_abs_bits(bits, raw.y);
+  bits = qscale::max_abs_bits(bits, raw.z);
+  return qscale::max_abs_bits(bits, raw.w);
+}
+
+// 8 bf16 query elements times `factor` (a power of two) as fp16.
+__device__ __forceinline__ uint4 bf16x8_to_scaled_fp16(uint4 raw, float factor) {
+  std::uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = pack2<true>(__uint_as_float(w[i] << 16) * factor, __uint_as_float(w[i] & 0xffff0000u) * factor);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // 8 query elements (of any query kind) in the MMA type, for the token-tile
 // kernels. It does not go through load_query_raw / query_raw_to_mma: that
 // form compiles the token-tile kernels' query staging differently, and their
@@ -87,11 +105,19 @@ __device__ __forceinline__ uint4 load_query_chunk(const AttendParams& p, std::in
 //            fp8f::q_source_word says (fp8_fragments.hpp);
 //   nvfp4:   threads 0-63, the 32-dim chunk tid % 4 of row tid / 4, k-step
 //            2c + h word m taken from word fp4f::q_source_word(h, m).
+//
+// With fp16 MMA, the raw kinds scale bf16 query rows (query_scale.hpp) and
+// leave each row's factor 2^e in q_scale[row] (1 for the other query kinds).
 template <KvKind kKind>
 struct RowQuery {
   static constexpr bool kFp8 = raw_fp8_rows(kKind);
   static constexpr bool kFp4 = kKind == KvKind::nvfp4;
   static constexpr int kLoads = kFp4 ? 4 : 2;
+  // The rows of this kind and MMA type carry a scale (q_scale).
+  template <bool kF16>
+  static constexpr bool scaled() {
+    return raw_rows(kKind) && kF16;
+  }
   static_assert(kRows * 16 == kThreads * 2 && kRows * 8 == kThreads, "chunks per thread");
   uint4 raw[kLoads];
 
@@ -121,11 +147,32 @@ struct RowQuery {
 
   // Converts the loaded chunks and stores them in the tile.
   //   q_tile: [16][128] swizzled MMA-type rows (shared memory)
+  //   q_scale: [16] the rows' score factors (shared memory; written when scaled<kF16>())
   template <bool kF16>
-  __device__ __forceinline__ void store(const AttendParams& p, unsigned char* q_tile, int tid) const {
+  __device__ __forceinline__ void store(const AttendParams& p, unsigned char* q_tile, float* q_scale, int tid) const {
     uint4 a[kLoads];
+    if constexpr (scaled<kF16>()) {
+      // A row's chunks are held by kGroup consecutive lanes (threads 0-63 for nvfp4).
+      constexpr int kGroup = kFp4 ? 4 : 8;
+      if (kFp4 && tid >= kRows * 4) return;
+      const bool bf16_rows = p.q_kind == kQueryBf16;
+      std::uint32_t m = 0;
+      if (bf16_rows) {
 #pragma unroll
-    for (int j = 0; j < kLoads; ++j) a[j] = query_raw_to_mma<kF16>(p, raw[j]);
+        for (int j = 0; j < kLoads; ++j) m = bf16x8_max_abs_bits(m, raw[j]);
+#pragma unroll
+        for (int x = 1; x < kGroup; x <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, x));
+      }
+      const int e = qscale::row_exponent(m);  // 0 unless bf16_rows
+      const float factor = qscale::pow2(-e);
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j)
+        a[j] = bf16_rows ? bf16x8_to_scaled_fp16(raw[j], factor) : query_raw_to_mma<kF16>(p, raw[j]);
+      if (tid % kGroup == 0) q_scale[tid / kGroup] = qscale::pow2(e);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) a[j] = query_raw_to_mma<kF16>(p, raw[j]);
+    }
     if constexpr (kFp4) {
       if (tid >= kRows * 4) return;
       const int row = tid >> 2, c = tid & 3;

@@ -52,7 +52,8 @@ struct SmemLayout {
   static constexpr int kCount = kBlocks + kMaxEntries * 4;   // int32 [4]: selected count
   static constexpr int kWarpMax = kCount + 16;               // float [4][16]
   static constexpr int kWarpSum = kWarpMax + 4 * kRows * 4;  // float [4][16]
-  static constexpr int kCurScales = kWarpSum + 4 * kRows * 4;  // float [2][128]: K, V scales in use
+  static constexpr int kQScale = kWarpSum + 4 * kRows * 4;   // float [16]: query row scales (RowQuery)
+  static constexpr int kCurScales = kQScale + kRows * 4;     // float [2][128]: K, V scales in use
   static constexpr int kExtra = kCurScales + 2 * kBlockKeys * 4;  // kExtraBytes, 16-byte aligned
   static constexpr int kStage = (kExtra + kExtraBytes + 127) / 128 * 128;
 
