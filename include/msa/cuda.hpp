@@ -116,6 +116,11 @@ struct AttentionShape {
   // one or two full rounds only the tiles of a last round at most half full);
   // 1-4 forces that many ways on every tile.
   std::int32_t tile_splits = 0;
+  // fp8 caches: their scales are per (token, KV head) (KVCacheView k_scales /
+  // v_scales) rather than per tensor. The row kernel then keeps the output's
+  // MMA type, where it converts codes with more instructions, and the plan
+  // splits decode rows as for nvfp4. Any value gives correct results.
+  bool kv_token_scales = false;
 };
 
 // A plan: plain values and pointers into the caller's workspace.

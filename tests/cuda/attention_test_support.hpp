@@ -330,6 +330,7 @@ struct DeviceInputs {
     shape.q_dtype = args.q_dtype;
     shape.kv_dtype = args.cache.dtype;
     shape.out_dtype = args.out_dtype;
+    shape.kv_token_scales = args.cache.scale_mode == msa::ScaleMode::per_token_head;
   }
 
   Result result() const { return read_result(out.download(), args.out_dtype, lse.download()); }

@@ -160,6 +160,14 @@ TEST(AttentionPlan, ConvertedCachesFillOneWave) {
   const Splits st = choose_step_splits(32 + 5, 32, 1, 16, kH200Sms, cap, true);
   EXPECT_EQ(st.decode, 4);
   EXPECT_EQ(st.prefill, choose_step_splits(32 + 5, 32, 1, 16, kH200Sms, cap).prefill);
+  // fp8 decode rows (converted false: their codes convert in one instruction
+  // per pair) split as bf16 ones do, whatever their CTAs per SM.
+  for (const std::int64_t rows : {1, 8, 32, 64, 128})
+    EXPECT_EQ(choose_step_splits(rows, rows, 1, 16, kH200Sms, cap, false, 2).decode,
+              choose_splits(rows, 16, kH200Sms, cap))
+        << "rows " << rows;
+  EXPECT_EQ(choose_step_splits(32, 32, 1, 16, kH200Sms, cap, false, 2).decode, 3);
+  EXPECT_EQ(choose_step_splits(64, 64, 1, 16, kH200Sms, cap, false, 2).decode, 2);
 }
 
 TEST(AttentionPlan, TileSplitsFillTheLastRound) {

@@ -273,16 +273,20 @@ inline std::int64_t key_major_max_items(std::int64_t edges, std::int64_t rows, i
   return edges / std::max(tokens_per_tile, 1) + std::min(edges, rows) + 1;
 }
 
-// Split-K factor of decode rows on converted caches (fp8, nvfp4), whose row
-// kernel converts every block's codes before its math, so that a block costs
-// more than a bf16 one and the CTA count matters more than the merge: the most
-// splits that keep `rows` x splits CTAs within one wave (ctas_per_sm per SM),
-// at most kMaxClusterSplits and `topk`, and beyond 4 only when the clusters fit
-// at once. Measured on the H200 (bench/RESULTS.md, fifth session, 16/1
-// fp8_e4m3, when the row kernel still widened blocks in shared memory): batch 1
-// 17.3 us at 8 splits against 22.1 at choose_splits' 16, batch 8 18.4 against
-// 22.9, batch 32 25.2 at 4 against 29.2 at 3, batch 64 and 128 unchanged (2
-// and 1).
+// Split-K factor of decode rows on nvfp4 caches, whose row kernel spends
+// several instructions per pair of codes converting every block before its
+// math, so that a block costs more than a bf16 one and the CTA count matters
+// more than the merge: the most splits that keep `rows` x splits CTAs within
+// one wave (ctas_per_sm per SM), at most kMaxClusterSplits and `topk`, and
+// beyond 4 only when the clusters fit at once. Measured on the H200
+// (bench/RESULTS.md, fifth session, 16/1 fp8_e4m3, when the row kernel still
+// widened blocks in shared memory): batch 1 17.3 us at 8 splits against 22.1
+// at choose_splits' 16, batch 8 18.4 against 22.9, batch 32 25.2 at 4 against
+// 29.2 at 3, batch 64 and 128 unchanged (2 and 1). fp8 caches with per-tensor
+// scales take choose_splits since their codes become fp16 in one instruction
+// per pair (sixteenth session, 16/1 fp8_e4m3: batch 64 17.8-18.0 us against
+// 19.5-19.8, batch 128 24.0-24.2 against 25.2-25.4; with per-token scales, on
+// bf16 MMA, choose_splits was up to 5% slower, so they keep this rule).
 inline int choose_converted_splits(std::int64_t rows, int topk, int num_sms, const ClusterCapacity& capacity = {},
                                    int ctas_per_sm = kCtasPerSm) {
   if (rows <= 0 || topk <= 1 || num_sms <= 0) return 1;
@@ -300,7 +304,8 @@ struct Splits {
 
 // Split factors of a step: decode and prefill rows are judged apart (they run
 // in one launch, decode CTAs first, but each class has its own factor).
-// converted: the cache is fp8 or nvfp4 (choose_converted_splits for decode rows).
+// converted: the cache is nvfp4, or fp8 with per-token scales
+// (choose_converted_splits for decode rows).
 inline Splits choose_step_splits(std::int64_t num_tokens, std::int64_t num_decode_tokens,
                                  int num_kv_heads, int topk, int num_sms,
                                  const ClusterCapacity& capacity = {}, bool converted = false,

@@ -66,12 +66,20 @@ void check_meta(const BatchMetadata& meta) {
             " is not in [0, num_tokens = ", meta.num_tokens, "]");
 }
 
+// Whether the row kernel spends several instructions per pair of codes
+// (choose_converted_splits): nvfp4, and fp8 with per-token scales and bf16
+// output, which keep bf16 MMA (attend.cu, row_f16).
+bool converted_rows(const AttentionShape& shape) {
+  return shape.kv_dtype == DType::nvfp4 ||
+         (is_fp8(shape.kv_dtype) && shape.kv_token_scales && shape.out_dtype != DType::fp16);
+}
+
 // Readies the shape's kernels, then splits rows knowing which factors can
 // merge in thread-block clusters on this device.
 Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
   prepare_kernels(shape);
   Splits s = choose_step_splits(meta.num_tokens, meta.num_decode_tokens, shape.num_kv_heads, shape.topk,
-                                device_sm_count(), cluster_capacity(shape), !is_half(shape.kv_dtype),
+                                device_sm_count(), cluster_capacity(shape), converted_rows(shape),
                                 row_kernel_ctas_per_sm(shape.kv_dtype));
   if (shape.decode_splits > 0 && meta.num_decode_tokens > 0) s.decode = shape.decode_splits;
   return s;

@@ -185,6 +185,7 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   shape.q_dtype = DType::bf16;
   shape.kv_dtype = c.dtype;
   shape.out_dtype = DType::bf16;
+  shape.kv_token_scales = mode == ScaleMode::per_token_head;
   shape.prefill_order = s.prefill_order;
   shape.decode_splits = s.decode_splits;
   shape.tile_splits = s.tile_splits;

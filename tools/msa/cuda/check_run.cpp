@@ -336,6 +336,7 @@ void attend_stage(CaseState& st) {
   shape.q_dtype = c.q_dtype;
   shape.kv_dtype = c.kv_dtype;
   shape.out_dtype = c.out_dtype;
+  shape.kv_token_scales = c.scale_mode == ScaleMode::per_token_head;
   shape.prefill_order = c.key_major ? cuda::PrefillOrder::key_major : cuda::PrefillOrder::query_major;
   DeviceBuffer ws;
   const Outcome o = run_gpu(

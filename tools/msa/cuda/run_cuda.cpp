@@ -99,6 +99,7 @@ CudaStageTimes run_step_cuda(Workload& w) {
   shape.q_dtype = aa.q_dtype;
   shape.kv_dtype = aa.cache.dtype;
   shape.out_dtype = aa.out_dtype;
+  shape.kv_token_scales = aa.cache.scale_mode == ScaleMode::per_token_head;
   const std::size_t attend_ws_bytes = cuda::attention_workspace_bytes(meta, shape);
   DeviceBuffer attend_ws(attend_ws_bytes);
 
