@@ -222,11 +222,14 @@ void prepare_kernels(const AttentionShape& shape) {
   });
 }
 
-ClusterCapacity cluster_capacity(const AttentionShape& shape) {
-  // Either row-kernel instance may run (row_f16): the smaller capacity.
+ClusterCapacity cluster_capacity(const AttentionShape& shape, bool one_cta_per_sm) {
+  // Either row-kernel instance may run (row_f16): the smaller capacity. At
+  // one CTA per SM, the bf16 row kernel's (its shared memory holds one CTA
+  // per SM) stands for a kernel that fits more.
+  const DType kv = one_cta_per_sm && row_kernel_ctas_per_sm(shape.kv_dtype) > 1 ? DType::bf16 : shape.kv_dtype;
   ClusterCapacity c;
   for (const bool f16 : {true, shape.out_dtype == DType::fp16}) {
-    dispatch(shape.kv_dtype, f16, "attention", [&](auto kind, auto fp16) {
+    dispatch(kv, f16, "attention", [&](auto kind, auto fp16) {
       constexpr KvKind kKind = decltype(kind)::value;
       constexpr bool kF16 = decltype(fp16)::value;
       for (int size = 2; size <= kMaxClusterSplits; ++size) {

@@ -285,8 +285,10 @@ inline std::int64_t key_major_max_items(std::int64_t edges, std::int64_t rows, i
 // 29.2 at 3, batch 64 and 128 unchanged (2 and 1). fp8 caches with per-tensor
 // scales take choose_splits since their codes become fp16 in one instruction
 // per pair (sixteenth session, 16/1 fp8_e4m3: batch 64 17.8-18.0 us against
-// 19.5-19.8, batch 128 24.0-24.2 against 25.2-25.4; with per-token scales, on
-// bf16 MMA, choose_splits was up to 5% slower, so they keep this rule).
+// 19.5-19.8, batch 128 24.0-24.2 against 25.2-25.4; batch 32 15.2-15.4
+// against 16.8-17.0 once its clusters count at one CTA per SM, plan.cpp; with
+// per-token scales, on bf16 MMA, choose_splits was up to 5% slower, so they
+// keep this rule).
 inline int choose_converted_splits(std::int64_t rows, int topk, int num_sms, const ClusterCapacity& capacity = {},
                                    int ctas_per_sm = kCtasPerSm) {
   if (rows <= 0 || topk <= 1 || num_sms <= 0) return 1;

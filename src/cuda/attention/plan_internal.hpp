@@ -14,7 +14,9 @@ int device_sm_count();
 // capacities) on the current device, so that attend() itself makes no such
 // call (graph capture).
 void prepare_kernels(const AttentionShape& shape);
-// Cluster capacities of the shape's row kernel on the current device.
-ClusterCapacity cluster_capacity(const AttentionShape& shape);
+// Cluster capacities of the shape's row kernel on the current device; with
+// one_cta_per_sm, the clusters that fit when each SM holds one of its CTAs
+// (what choose_splits' cost model assumes) for a kernel that fits two.
+ClusterCapacity cluster_capacity(const AttentionShape& shape, bool one_cta_per_sm = false);
 
 }  // namespace msa::cuda::attention
