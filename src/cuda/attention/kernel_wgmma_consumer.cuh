@@ -237,21 +237,19 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
         pass_turn();
         sm90::wgmma_wait<1>();
         sm90::fence_registers(sc);
-      } else if (prev_active) {
-        round_pv<kF16>(o, pa, c.v_base, sp, pass_turn);
-      } else if (active) {
-        round_qk<kF16>(sc, q_base, c.k_base, s, pass_turn);
-      } else {
-        pass_turn();
-      }
-      // The softmax of block i, at one site (the code of the loop stays small):
-      // its scores' part runs while PV(i - 1), if any, is in flight.
-      if (active) {
         const Rescale r = scores();
         sm90::wgmma_wait<0>();
         sm90::fence_registers(o);
         sm90::fence_registers(pa);
         softmax_output<kF16>(sc, o, pa, r);
+      } else if (prev_active) {
+        round_pv<kF16>(o, pa, c.v_base, sp, pass_turn);
+      } else if (active) {
+        round_qk<kF16>(sc, q_base, c.k_base, s, pass_turn);
+        const Rescale r = scores();
+        softmax_output<kF16>(sc, o, pa, r);
+      } else {
+        pass_turn();
       }
       __syncwarp();
       if (sm90::elect_one()) {  // one arrival per warp and block, whether it attended the block or not

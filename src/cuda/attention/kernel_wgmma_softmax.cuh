@@ -111,20 +111,18 @@ __device__ __forceinline__ void softmax_output(const float (&sc)[64], float (&o)
   }
 }
 
-// softmax_scores for any scale: the unmasked variant with the scale folded into
-// the exponent when no limit cuts the block and the scale is > 0; otherwise
-// the masked one, on scores scaled before the mask (zero or negative scales
-// included, where folding would not mask).
+// softmax_scores for any scale (zero or negative included, where folding the
+// scale into the exponent would not mask): scores are scaled before the mask
+// and the max; otherwise the variant that masks only when a limit cuts the block.
 __device__ __forceinline__ Rescale softmax_scores_any(float (&sc)[64], float (&m)[2], float (&l)[2], int limit0,
                                                       int limit1, float scale, int col) {
-  if (scale > 0.0f && limit0 >= kBlockKeys && limit1 >= kBlockKeys)
-    return softmax_scores<false>(sc, m, l, limit0, limit1, scale, col);
-  // Masked blocks (and any scale): the scores scaled first, so that the mask's
-  // -inf stays -inf whatever the scale's sign. One variant for both keeps the
-  // round loop's code small.
+  if (!(scale > 0.0f)) {
 #pragma unroll
-  for (int j = 0; j < 64; ++j) sc[j] *= scale;
-  return softmax_scores<true>(sc, m, l, limit0, limit1, 1.0f, col);
+    for (int j = 0; j < 64; ++j) sc[j] *= scale;
+    return softmax_scores<true>(sc, m, l, limit0, limit1, 1.0f, col);
+  }
+  if (limit0 >= kBlockKeys && limit1 >= kBlockKeys) return softmax_scores<false>(sc, m, l, limit0, limit1, scale, col);
+  return softmax_scores<true>(sc, m, l, limit0, limit1, scale, col);
 }
 
 }  // namespace msa::cuda::attention
