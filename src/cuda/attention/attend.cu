@@ -183,16 +183,6 @@ void dispatch(DType kv, bool f16, const char* what, Fn&& fn) {
   }
 }
 
-// The row kernel's f16 for dispatch. It runs fp8 and nvfp4 caches on fp16
-// MMA whatever the output dtype: their codes become fp16 in one instruction
-// per pair, where bf16 takes four, and bf16 query rows are scaled into fp16's
-// range (query_scale.hpp). Per-token fp8 V scales multiply the probabilities
-// in the MMA type, where fp16's range could overflow: those rows keep the
-// output's type, as the token-tile kernels do.
-bool row_f16(DType kv, bool out_f16, bool token_v_scales) {
-  return out_f16 || (kv != DType::bf16 && kv != DType::fp16 && !token_v_scales);
-}
-
 // The row kernel (kTiles false) or the token-tile kernel.
 template <bool kTiles>
 void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaStream_t s) {

@@ -27,6 +27,24 @@ constexpr int row_kernel_ctas_per_sm(DType kv) {
   return kv == DType::bf16 || kv == DType::fp16 ? kCtasPerSm : 2;
 }
 
+// Whether the row kernel runs on fp16 MMA (attend.cu dispatches on it). It
+// runs fp8 and nvfp4 caches on fp16 MMA whatever the output dtype: their codes
+// become fp16 in one instruction per pair, where bf16 takes four, and bf16
+// query rows are scaled into fp16's range (query_scale.hpp). Per-token fp8 V
+// scales multiply the probabilities in the MMA type, where fp16's range could
+// overflow: those rows keep the output's type, as the token-tile kernels do.
+constexpr bool row_f16(DType kv, bool out_f16, bool token_v_scales) {
+  return out_f16 || (kv != DType::bf16 && kv != DType::fp16 && !token_v_scales);
+}
+
+// Whether the row kernel spends several instructions per pair of codes
+// converting a block (choose_converted_splits): nvfp4 caches, and fp8 caches
+// whose rows stay on bf16 MMA (row_f16).
+constexpr bool row_converts_slowly(DType kv, bool out_f16, bool token_v_scales) {
+  return kv == DType::nvfp4 ||
+         ((kv == DType::fp8_e4m3 || kv == DType::fp8_e5m2) && !row_f16(kv, out_f16, token_v_scales));
+}
+
 // Split rows whose factor is at most this merge inside a thread-block cluster
 // (the splits of a row are one cluster, partials exchanged through distributed
 // shared memory: no workspace round trips) when all the launch's clusters fit

@@ -66,14 +66,6 @@ void check_meta(const BatchMetadata& meta) {
             " is not in [0, num_tokens = ", meta.num_tokens, "]");
 }
 
-// Whether the row kernel spends several instructions per pair of codes
-// (choose_converted_splits): nvfp4, and fp8 with per-token scales and bf16
-// output, which keep bf16 MMA (attend.cu, row_f16).
-bool converted_rows(const AttentionShape& shape) {
-  return shape.kv_dtype == DType::nvfp4 ||
-         (is_fp8(shape.kv_dtype) && shape.kv_token_scales && shape.out_dtype != DType::fp16);
-}
-
 // Readies the shape's kernels, then splits rows knowing which factors can
 // merge in thread-block clusters on this device.
 Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
@@ -82,7 +74,8 @@ Splits step_splits(const BatchMetadata& meta, const AttentionShape& shape) {
   // they do at one CTA per SM, also for fp8 rows of per-tensor scales, whose
   // kernel fits two (16/1 fp8 decode, batch 32, one sweep on the H200: 15.4 us
   // at 3 splits, 16.9 at the 4 that its own capacity lets the model pick).
-  const bool converted = converted_rows(shape);
+  const bool converted =
+      row_converts_slowly(shape.kv_dtype, shape.out_dtype == DType::fp16, shape.kv_token_scales);
   Splits s = choose_step_splits(meta.num_tokens, meta.num_decode_tokens, shape.num_kv_heads, shape.topk,
                                 device_sm_count(), cluster_capacity(shape, !converted), converted,
                                 row_kernel_ctas_per_sm(shape.kv_dtype));
