@@ -368,17 +368,16 @@ TEST(CudaIndexer, TopkInitLocalVariants) {
 
 // select_topk() on scores built to stress the order: heavy ties, NaN, +-inf,
 // +-0, against cpu::select_row row by row.
-TEST(CudaIndexer, SelectTopkAdversarialScores) {
-  MSA_SKIP_WITHOUT_GPU();
-  const std::uint64_t seed = msa::test::seed_for(44);
-  MSA_TRACE_SEED(seed);
-  std::mt19937_64 rng(seed);
+// select_topk on adversarial scores (NaN, infinities, signed zeros, heavy
+// ties) against cpu::select_row, for decode / verify rows of the given
+// sequence lengths (every fifth request verifies 3 tokens) and H = 3 heads.
+void check_select_on_adversarial_scores(const std::vector<int>& seq_lens, std::mt19937_64& rng) {
   msa::BatchSpec spec;
   spec.decode_threshold = 1;
-  const int num_req = msa::test::size_for(24, 6);
+  const int num_req = int(seq_lens.size());
   for (int r = 0; r < num_req; ++r) {
     spec.query_lens.push_back(r % 5 == 4 ? 3 : 1);
-    spec.seq_lens.push_back(1 + int(rng() % (r % 3 == 0 ? 200000 : 9000)));
+    spec.seq_lens.push_back(seq_lens[std::size_t(r)]);
   }
   // decodes first: sort by query length
   std::vector<int> order(num_req);
@@ -408,7 +407,7 @@ TEST(CudaIndexer, SelectTopkAdversarialScores) {
   DeviceBuffer<float> dev_scores(scores);
   for (auto v : {std::array<int, 3>{16, 0, 1}, std::array<int, 3>{64, 1, 2}, std::array<int, 3>{1, 0, 1},
                  std::array<int, 3>{7, 3, 0}}) {
-    SCOPED_TRACE(msa::detail::concat("topk=", v[0], " init=", v[1], " local=", v[2]));
+    SCOPED_TRACE(msa::detail::concat("topk=", v[0], " init=", v[1], " local=", v[2], ", ", MB, " blocks per row"));
     DeviceBuffer<std::int32_t> out(rows * v[0]);
     out.fill_bytes(0x7F);
     msa::IndexerArgs args;
@@ -432,6 +431,31 @@ TEST(CudaIndexer, SelectTopkAdversarialScores) {
     }
     EXPECT_EQ(bad, 0);
   }
+}
+
+TEST(CudaIndexer, SelectTopkAdversarialScores) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(44);
+  MSA_TRACE_SEED(seed);
+  std::mt19937_64 rng(seed);
+  const int num_req = msa::test::size_for(24, 6);
+  std::vector<int> seq_lens;
+  for (int r = 0; r < num_req; ++r) seq_lens.push_back(1 + int(rng() % (r % 3 == 0 ? 200000 : 9000)));
+  check_select_on_adversarial_scores(seq_lens, rng);
+}
+
+// Long rows: the selection stages a row's keys in shared memory up to about
+// 10K blocks per row (fewer rows per CTA as rows grow) and reads the scores in
+// place beyond; both sides of that limit.
+TEST(CudaIndexer, SelectTopkLongRows) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(45);
+  MSA_TRACE_SEED(seed);
+  std::mt19937_64 rng(seed);
+  // 1M-token rows (8,193 blocks: staged, one row per CTA) with shorter ones.
+  check_select_on_adversarial_scores({1 << 20, 3000, 1 << 20, 700000, 1, 1 << 20}, rng);
+  // 1.5M tokens (11,719 blocks): past the stage.
+  check_select_on_adversarial_scores({1536 * 1024, 50000, 1536 * 1024 - 5}, rng);
 }
 
 TEST(CudaIndexer, BadBlockTableEntryIsRecorded) {

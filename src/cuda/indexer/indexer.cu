@@ -19,6 +19,22 @@ constexpr std::size_t kWorkspaceAlign = 256;
 constexpr std::int32_t kDecodeBlocksPerSplit = 16;   // 4 per warp
 constexpr std::int32_t kPrefillBlocksPerSplit = 32;  // each warp walks all of them
 
+// Blocks per CTA of a decode launch: kDecodeBlocksPerSplit, halved (down to
+// one block per warp) while the launch would have fewer CTAs than the GPU has
+// SMs. A decode CTA reads its blocks and nothing else, so few requests need
+// the split to keep enough loads in flight: one request at 128K tokens made 64
+// CTAs of 16 blocks (28% of the DRAM bandwidth, ncu). More CTAs of fewer
+// blocks cost where the GPU is full already (32 requests at 8K: 9% slower at
+// four CTAs per SM than at one).
+std::int32_t decode_blocks_per_split(std::int64_t tiles, std::int32_t blocks) {
+  int device = 0, sms = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  std::int32_t per = kDecodeBlocksPerSplit;
+  while (per > 4 && tiles * ((blocks + per - 1) / per) < std::int64_t(sms)) per /= 2;
+  return per;
+}
+
 std::size_t scores_bytes(std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t max_blocks) {
   const std::size_t b = std::size_t(num_tokens) * std::size_t(num_kv_heads) * std::size_t(max_blocks) *
                         sizeof(float);
@@ -81,7 +97,7 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
     l.tiles_per_unit = (l.unit_rows + 15) / 16;
     l.num_tiles = std::int64_t(step.num_decodes) * l.tiles_per_unit;
     l.tiles_per_cta = 1;
-    l.blocks_per_split = kDecodeBlocksPerSplit;
+    l.blocks_per_split = decode_blocks_per_split(l.num_tiles, block_limit);
     indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check.buffer, s);
   }
   // Prefill rows: consecutive 16-row tiles (a tile may span short requests),
