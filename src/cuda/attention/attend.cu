@@ -260,19 +260,19 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
   // output's (the row kernel's: row_f16).
   const bool f16 = args.out_dtype == DType::fp16;
   const auto s = static_cast<cudaStream_t>(stream);
+  const bool row_mma_f16 = row_f16(args.cache.dtype, f16, p.v_scales != nullptr);
   // Row kernel: one launch per class, so that each has its own cluster size.
   const std::int64_t decode_ctas = std::int64_t(step.num_decode_tokens) * p.num_kv_heads * p.decode_splits;
   if (decode_ctas > 0) {
     AttendParams d = p;
     d.cluster_splits = use_cluster_merge(p.decode_splits) ? p.decode_splits : 0;
-    launch<false>(d, args.cache.dtype, row_f16(args.cache.dtype, f16, p.v_scales != nullptr), decode_ctas, s);
+    launch<false>(d, args.cache.dtype, row_mma_f16, decode_ctas, s);
   }
   if (row_ctas > decode_ctas) {
     AttendParams r = p;
     r.cta_offset = decode_ctas;
     r.cluster_splits = use_cluster_merge(p.prefill_splits) ? p.prefill_splits : 0;
-    launch<false>(r, args.cache.dtype, row_f16(args.cache.dtype, f16, p.v_scales != nullptr), row_ctas - decode_ctas,
-                  s);
+    launch<false>(r, args.cache.dtype, row_mma_f16, row_ctas - decode_ctas, s);
   }
   if (tiles_ctas > 0) {
     p.tile_tokens = tokens_per_tile;

@@ -53,6 +53,7 @@
 #include "cuda/attention/kernel_wgmma_softmax.cuh"
 #include "cuda/attention/kv_maps.hpp"
 #include "cuda/attention/wgmma.cuh"
+#include "cuda/common/device.hpp"
 
 namespace msa::cuda::attention {
 
@@ -198,10 +199,7 @@ void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaSt
   prepare_attend_wgmma_tiles<kKind, kF16>();
   std::int64_t ctas = p.tile_count;
   if constexpr (kKind == KvKind::half) {
-    int device = 0, sms = 0;
-    MSA_CUDA_CHECK(cudaGetDevice(&device));
-    MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    ctas = std::min<std::int64_t>(ctas, std::max(sms, 1));
+    ctas = std::min<std::int64_t>(ctas, std::max(device_sm_count(), 1));
   }
   if (ctas <= 0) return;
   attend_wgmma_tile_kernel<kKind, kF16>
@@ -220,10 +218,7 @@ void prepare_attend_key_major() {
 template <bool kF16>
 void launch_attend_key_major(const AttendParams& p, const KvMaps& maps, cudaStream_t stream) {
   prepare_attend_key_major<kF16>();
-  int device = 0, sms = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const std::int64_t ctas = std::min<std::int64_t>(p.tile_count, std::max(sms, 1));
+  const std::int64_t ctas = std::min<std::int64_t>(p.tile_count, std::max(device_sm_count(), 1));
   if (ctas <= 0) return;
   attend_wgmma_tile_kernel<KvKind::half, kF16, true>
       <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);

@@ -49,14 +49,6 @@ void check_shape(const AttentionShape& s) {
             " but the KV cache is bf16, fp16, fp8_e4m3, fp8_e5m2 or nvfp4");
 }
 
-int device_sm_count() {
-  int device = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  int sms = 0;
-  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 namespace {
 
 void check_meta(const BatchMetadata& meta) {

@@ -2,14 +2,13 @@
 #pragma once
 
 #include "cuda/attention/heuristics.hpp"
+#include "cuda/common/device.hpp"
 #include "msa/cuda.hpp"
 
 namespace msa::cuda::attention {
 
 // Throws msa::Error naming the first unsupported field of the shape.
 void check_shape(const AttentionShape& shape);
-// Streaming multiprocessors of the current device.
-int device_sm_count();
 // Readies the kernel instances the shape runs (shared-memory limits, cluster
 // capacities) on the current device, so that attend() itself makes no such
 // call (graph capture).

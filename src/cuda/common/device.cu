@@ -1,5 +1,8 @@
+#include "cuda/common/device.hpp"
+
 #include <cuda_runtime.h>
 
+#include "cuda/common/check.cuh"
 #include "msa/cuda.hpp"
 
 namespace msa::cuda {
@@ -11,6 +14,14 @@ int device_count() {
     return 0;
   }
   return n;
+}
+
+int device_sm_count() {
+  int device = 0;
+  MSA_CUDA_CHECK(cudaGetDevice(&device));
+  int sms = 0;
+  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
 }
 
 }  // namespace msa::cuda

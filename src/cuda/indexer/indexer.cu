@@ -7,6 +7,7 @@
 
 #include "core/checks.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.hpp"
 #include "cuda/indexer/indexer_kernels.cuh"
 #include "msa/common.hpp"
 #include "msa/cuda.hpp"
@@ -27,9 +28,7 @@ constexpr std::int32_t kPrefillBlocksPerSplit = 32;  // each warp walks all of t
 // blocks cost where the GPU is full already (32 requests at 8K: 9% slower at
 // four CTAs per SM than at one).
 std::int32_t decode_blocks_per_split(std::int64_t tiles, std::int32_t blocks) {
-  int device = 0, sms = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = device_sm_count();
   std::int32_t per = kDecodeBlocksPerSplit;
   while (per > 4 && tiles * ((blocks + per - 1) / per) < std::int64_t(sms)) per /= 2;
   return per;
