@@ -119,8 +119,20 @@ struct AttentionShape {
   // fp8 caches: their scales are per (token, KV head) (KVCacheView k_scales /
   // v_scales) rather than per tensor. The row kernel then keeps the output's
   // MMA type, where it converts codes with more instructions, and the plan
-  // splits decode rows as for nvfp4. Any value gives correct results.
+  // splits decode rows as for nvfp4, and a prefill step reserves no widened
+  // blocks (widen_bytes). Any value gives correct results.
   bool kv_token_scales = false;
+  // fp8 / nvfp4 caches, prefill rows on the wgmma token tiles: the blocks the
+  // step's tokens select are first widened into the workspace (bf16 / fp16,
+  // once per (request, block, KV head): 64 KiB each), and the tiles run on
+  // the bf16 / fp16 kernel over them, instead of widening each block in every
+  // tile that reads it (not with per-token fp8 scales: rounding each key's
+  // product with its scale would cost the lse's accuracy; kv_token_scales
+  // true reserves no room). At most this many bytes of widened blocks: -1 (the
+  // default) 1 GiB, 0 never. A step that may select more blocks than fit
+  // (sum over prefill requests of min(blocks, query_len x topk) x KV heads)
+  // counts them on the device and widens on the fly when they do not fit.
+  std::int64_t widen_bytes = -1;
 };
 
 // A plan: plain values and pointers into the caller's workspace.
@@ -156,6 +168,17 @@ struct AttentionPlan {
   std::int64_t tile_split_from = 0;
   void* tile_partial_out = nullptr;
   float* tile_partial_lse = nullptr;
+  // > 0: the step's fp8 / nvfp4 prefill tiles read blocks widened ahead
+  // (AttentionShape::widen_bytes) from room for this many (block, KV head)
+  // pages in the workspace, at widen_offset; widen_gated: the step may select
+  // more, and the device then widens on the fly. The plan then depends on the
+  // requests' sequence and query lengths too, and on which come first.
+  std::int64_t widen_pages = 0;
+  bool widen_gated = false;
+  std::int32_t widen_first_request = 0;  // the step's first prefill request
+  std::int32_t widen_requests = 0;       // its prefill requests
+  std::int32_t widen_block_cap = 0;      // blocks of its longest prefill request
+  std::size_t widen_offset = 0;          // bytes from the workspace's start
 };
 
 // Device bytes the plan for this step needs.

@@ -24,6 +24,7 @@
 #include "compare.hpp"
 #include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/key_major.hpp"
+#include "cuda/attention/widen_layout.hpp"
 #include "gpu_test_util.hpp"
 #include "msa/cpu.hpp"
 #include "msa/cuda.hpp"
@@ -65,6 +66,10 @@ struct Case {
   float score_gain = 1.0f;             // the softmax scale times this: sharp rows, whose max jumps between blocks
   int q_exponent = 0;                  // bf16 queries times 2^q_exponent, the softmax scale divided by it (same scores)
   int expect_key_major = -1;           // 1: the device must run key-major, 0: the token tiles, -1: either
+  std::int64_t widen_bytes = -1;       // AttentionShape::widen_bytes (fp8 / nvfp4 tiles)
+  // Set: widen_bytes is room for the pages the step selects plus this many
+  // (0: exactly enough, -1: one page short), and the plan must be gated.
+  std::optional<int> widen_spare_pages;
   std::uint64_t seed = 1;
 };
 
@@ -359,9 +364,17 @@ Planned make_plan(const BatchMetadata& meta, const msa::cuda::AttentionShape& sh
   // clear of the forced split partials.
   const auto tiles = msa::cuda::attention::tile_split_layout(bytes, meta.num_tokens, shape.num_q_heads,
                                                              msa::cuda::attention::kMaxTileSplits);
-  p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(tiles.end, 1));
+  // So do the widened blocks (fp8 / nvfp4 tiles): room for the plan's own
+  // region again from tiles.end, plus its alignment.
+  p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(tiles.end + bytes + 2048, 1));
   p.workspace.poison_nan();
   p.plan = msa::cuda::plan_attention(meta, shape, p.workspace.data(), p.workspace.bytes(), nullptr);
+  if (p.plan.widen_pages > 0) {
+    p.plan.widen_offset = tiles.end;
+    const auto widen = msa::cuda::attention::widen_layout(
+        tiles.end, msa::cuda::attention::plan_widen_choice(p.plan), shape.num_kv_heads);
+    EXPECT_LE(widen.end, p.workspace.bytes()) << "the widened blocks do not fit the test's workspace";
+  }
   p.plan.decode_splits = forced->decode;
   p.plan.prefill_splits = forced->prefill;
   if (p.plan.tile_splits > 1) {
@@ -414,6 +427,61 @@ void expect_ran_key_major(const msa::cuda::AttentionPlan& plan, const BatchMetad
   EXPECT_EQ(stats[2] > 0, want) << (want ? "the device did not run key-major" : "the device ran key-major");
 }
 
+// What the step's prefill tokens select and may read (valid ids, eligible
+// for the token's position): distinct (request, block) pairs, and distinct
+// (request, KV head, block) triples.
+//   topk: [num_tokens, num_kv_heads, topk]
+struct Selected {
+  std::int64_t pairs = 0, triples = 0;
+};
+Selected selected_blocks(const BatchMetadata& meta, const std::vector<std::int32_t>& topk, int kv_heads,
+                         int topk_count) {
+  std::vector<std::int64_t> pairs, triples;
+  for (std::int32_t t = meta.num_decode_tokens; t < meta.num_tokens; ++t) {
+    const std::int32_t pos = meta.token_position[std::size_t(t)];
+    if (pos < 0) continue;
+    const std::int64_t r = meta.token_request[std::size_t(t)];
+    for (int h = 0; h < kv_heads; ++h) {
+      for (int k = 0; k < topk_count; ++k) {
+        const std::int32_t id = topk[(std::size_t(t) * kv_heads + h) * topk_count + k];
+        if (id < 0 || id > pos / 128) continue;
+        pairs.push_back((r << 32) + id);
+        triples.push_back(((r * kv_heads + h) << 32) + id);
+      }
+    }
+  }
+  auto distinct = [](std::vector<std::int64_t>& v) {
+    std::sort(v.begin(), v.end());
+    return std::int64_t(std::unique(v.begin(), v.end()) - v.begin());
+  };
+  return {distinct(pairs), distinct(triples)};
+}
+
+// A step that widened its blocks ahead: the device claimed one page per
+// selected (request, block) and one work item per selected (request, KV
+// head, block); returns whether the widened tiles ran (a gated step's gate,
+// from the workspace; an ungated step always runs them).
+bool expect_widened(const msa::cuda::AttentionPlan& plan, const BatchMetadata& meta,
+                    const std::vector<std::int32_t>& topk, int kv_heads, int topk_count) {
+  namespace att = msa::cuda::attention;
+  const att::WidenLayout l = att::widen_layout(plan.widen_offset, att::plan_widen_choice(plan), kv_heads);
+  std::int32_t counters[2] = {};
+  std::int64_t gates[2] = {};
+  const auto* base = static_cast<const unsigned char*>(plan.workspace);
+  MSA_CUDA_CHECK(cudaMemcpy(counters, base + l.counters_offset, sizeof(counters), cudaMemcpyDeviceToHost));
+  if (plan.widen_gated) MSA_CUDA_CHECK(cudaMemcpy(gates, base + l.gates_offset, sizeof(gates), cudaMemcpyDeviceToHost));
+  const Selected want = selected_blocks(meta, topk, kv_heads, topk_count);
+  const bool ran = !plan.widen_gated || gates[0] > 0;
+  std::printf("[attention] widened: %d pages claimed (%d head tiles) of room for %lld (%s), %s\n", counters[0] + 1,
+              counters[1] + 1, static_cast<long long>(plan.widen_pages), plan.widen_gated ? "gated" : "surely fits",
+              ran ? "the widened tiles ran" : "widened on the fly");
+  EXPECT_EQ(counters[0] + 1, want.pairs) << "pages claimed";
+  EXPECT_EQ(counters[1] + 1, want.triples) << "head tiles claimed";
+  EXPECT_EQ(ran, want.pairs <= plan.widen_pages);
+  if (plan.widen_gated) EXPECT_EQ(gates[0] > 0, gates[1] == 0) << "exactly one kernel runs";
+  return ran;
+}
+
 // Runs one case on the GPU and checks it against the oracle and the CPU engine.
 void run_case(const Case& c) {
   SCOPED_TRACE(::testing::Message() << "case " << c.name << ", seed " << c.seed);
@@ -422,7 +490,17 @@ void run_case(const Case& c) {
   const auto topk = case_topk(c, meta);
 
   DeviceInputs d(w, meta, topk);
+  d.shape.widen_bytes = c.widen_bytes;
+  if (c.widen_spare_pages) {
+    const std::int64_t pages = selected_blocks(meta, topk, c.kv_heads, c.topk).pairs + *c.widen_spare_pages;
+    ASSERT_GT(pages, 0) << "a step that selects too few blocks to test";
+    d.shape.widen_bytes = pages * c.kv_heads * msa::cuda::attention::kWidenHeadBytes;
+  }
   Planned p = c.force_tiles ? make_tiles_plan(meta, d.shape) : make_plan(meta, d.shape);
+  if (c.widen_spare_pages) {
+    ASSERT_GT(p.plan.widen_pages, 0) << "the plan does not widen";
+    if (*c.widen_spare_pages < 0) EXPECT_TRUE(p.plan.widen_gated) << "a room one page short must be gated";
+  }
   const int group = c.q_heads / c.kv_heads;
   const bool tiles = meta.num_tokens > meta.num_decode_tokens &&
                      msa::cuda::attention::use_token_tiles(group, c.topk, p.plan.prefill_splits);
@@ -434,6 +512,7 @@ void run_case(const Case& c) {
   msa::test::device_sync();
   EXPECT_EQ(check.message(), "");
   if (c.expect_key_major >= 0) expect_ran_key_major(p.plan, meta, group, c.topk, c.expect_key_major == 1);
+  if (p.plan.widen_pages > 0) expect_widened(p.plan, meta, topk, c.kv_heads, c.topk);
   const Result got = d.result();
 
   w.topk = topk;

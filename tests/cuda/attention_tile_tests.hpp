@@ -250,12 +250,58 @@ TEST_P(CudaAttentionTilesOtherPass, MatchesOracleAndCpu) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTilesOtherPass, ::testing::ValuesIn(tile_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
+// fp8 (per-tensor scales) / nvfp4 wgmma tiles over blocks widened ahead, in
+// the modes the default case table does not reach: never widened
+// (widen_bytes 0, the tiles widen on the fly), and gated steps whose room
+// holds exactly the selected pages (the widened tiles run) or one page fewer
+// (the device falls back to the on-the-fly tiles).
+enum class WidenMode { on_the_fly, exact_room, one_page_short };
+
+struct WidenCase {
+  Case c;
+  WidenMode mode;
+};
+void PrintTo(const WidenCase& w, std::ostream* os) { *os << w.c.name; }
+
+std::vector<WidenCase> widen_cases() {
+  std::vector<WidenCase> v;
+  namespace att = msa::cuda::attention;
+  for (const Case& c : tile_cases()) {
+    const int group = c.q_heads / c.kv_heads;
+    if (!att::widens_exactly(c.kv, c.scales == ScaleMode::per_token_head) ||
+        !att::use_wgmma_tiles(true, group, att::tile_tokens(group, c.topk)))
+      continue;
+    for (WidenMode m : {WidenMode::on_the_fly, WidenMode::exact_room, WidenMode::one_page_short}) {
+      WidenCase w{c, m};
+      w.c.name += m == WidenMode::on_the_fly ? "_on_the_fly" : m == WidenMode::exact_room ? "_exact_room" : "_short";
+      v.push_back(w);
+    }
+  }
+  return v;
+}
+
+class CudaAttentionTilesWiden : public ::testing::TestWithParam<WidenCase> {};
+
+TEST_P(CudaAttentionTilesWiden, MatchesOracle) {
+  MSA_SKIP_WITHOUT_GPU();
+  const WidenCase& wc = GetParam();
+  if (msa::test::sanitizer_mode() && !wc.c.small) GTEST_SKIP() << "large case";
+  Case c = wc.c;
+  if (wc.mode == WidenMode::on_the_fly) c.widen_bytes = 0;
+  else c.widen_spare_pages = wc.mode == WidenMode::exact_room ? 0 : -1;
+  run_case(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTilesWiden, ::testing::ValuesIn(widen_cases()),
+                         [](const ::testing::TestParamInfo<WidenCase>& i) { return i.param.c.name; });
+
 // The same through the token-tile kernel: bad ids of prefill rows and a bad
 // block-table entry are skipped (for every token of the tile that selected
-// the block) and recorded; the other rows and entries are attended.
-TEST(CudaAttentionRows, TilesSkipAndRecordBadIndices) {
-  MSA_SKIP_WITHOUT_GPU();
-  Case c = named("tiles_bad_indices");
+// the block) and recorded; the other rows and entries are attended. An fp8
+// cache checks them before widening its blocks ahead.
+void tiles_skip_and_record_bad_indices(DType kv) {
+  Case c = named(std::string("tiles_bad_indices_") + msa::dtype_name(kv));
+  c.kv = kv;
   c.seed = 515;
   c.requests = decodes({300}) + std::vector<RequestShape>{{40, 900}, {19, 0}};
   MSA_TRACE_SEED(c.seed);
@@ -304,14 +350,25 @@ TEST(CudaAttentionRows, TilesSkipAndRecordBadIndices) {
   }
 }
 
+TEST(CudaAttentionRows, TilesSkipAndRecordBadIndices) {
+  MSA_SKIP_WITHOUT_GPU();
+  tiles_skip_and_record_bad_indices(DType::bf16);
+}
+
+TEST(CudaAttentionRows, WidenedTilesSkipAndRecordBadIndices) {
+  MSA_SKIP_WITHOUT_GPU();
+  tiles_skip_and_record_bad_indices(DType::fp8_e4m3);
+}
+
 // The first tile of a wgmma CTA takes the block of its last position (the
 // "lead block") as its first entry, loaded before the union is built. Rows
 // that did not select that block must not see it, whichever tokens of the
 // tile did; and an unselected lead block with a bad block-table entry is
-// neither read nor recorded.
-TEST(CudaAttentionTileLead, RowsWithoutTheirOwnBlock) {
-  MSA_SKIP_WITHOUT_GPU();
-  Case c = named("tiles_lead_block");
+// neither read nor recorded. The same over fp8 blocks widened ahead (the
+// lead block's page then comes from the widened blocks' table).
+void rows_without_their_own_block(DType kv) {
+  Case c = named(std::string("tiles_lead_block_") + msa::dtype_name(kv));
+  c.kv = kv;
   c.seed = 516;
   // Request 0: one block for all its tokens; 1: positions 0-18 (the own block
   // is the only eligible one); 2: tiles across the block boundary at 1024.
@@ -353,6 +410,16 @@ TEST(CudaAttentionTileLead, RowsWithoutTheirOwnBlock) {
   run(without_own([](std::int32_t) { return true; }), false, "tiles: no token with its own block");
   run(without_own([&](std::int32_t t) { return t < meta.query_start[1]; }), true,
       "tiles: unselected own block with a bad page");
+}
+
+TEST(CudaAttentionTileLead, RowsWithoutTheirOwnBlock) {
+  MSA_SKIP_WITHOUT_GPU();
+  rows_without_their_own_block(DType::bf16);
+}
+
+TEST(CudaAttentionTileLead, WidenedRowsWithoutTheirOwnBlock) {
+  MSA_SKIP_WITHOUT_GPU();
+  rows_without_their_own_block(DType::fp8_e5m2);
 }
 
 }  // namespace

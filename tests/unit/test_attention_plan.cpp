@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cuda/attention/heuristics.hpp"
+#include "cuda/attention/widen_layout.hpp"
 
 namespace {
 
@@ -406,4 +407,69 @@ TEST(AttentionPlan, KeyMajorLayoutBoundsAndOrder) {
     EXPECT_EQ(order[i] % att::kWorkspaceAlign, 0u);
   }
   EXPECT_GE(l.partial_lse - l.partial_out, std::size_t(16384) * 16 * 16 * 128 * 2);
+}
+
+// fp8 / nvfp4 token tiles widen their step's blocks ahead: room for the bound
+// on the selected (request, block) pages, per prefill request min(blocks,
+// query_len x topk x KV heads), each of every KV head, capped by widen_bytes
+// (gated when capped); bf16 / fp16 caches, fp8 with per-token scales, steps
+// without wgmma tiles and widen_bytes 0 never widen.
+TEST(AttentionPlan, WidenRoomFollowsTheBoundAndTheLimit) {
+  namespace att = msa::cuda::attention;
+  using msa::DType;
+  const std::vector<std::int32_t> query_lens = {256, 10, 0}, blocks = {514, 3, 7};
+  const att::WidenChoice c = att::choose_widen(DType::fp8_e4m3, false, true, -1, 4, 16, 5, query_lens, blocks);
+  EXPECT_EQ(c.pages, 514 + 3);
+  EXPECT_FALSE(c.gated);
+  EXPECT_EQ(c.first_request, 5);
+  EXPECT_EQ(c.requests, 3);
+  EXPECT_EQ(c.block_cap, 514);  // (the request without tokens counts for nothing)
+  // Short rows: query_len x topk x heads below the blocks.
+  EXPECT_EQ(att::choose_widen(DType::nvfp4, false, true, -1, 2, 2, 0, {3}, {100}).pages, 12);
+  // A limit below the bound: that many pages of every head, gated.
+  const att::WidenChoice capped = att::choose_widen(DType::fp8_e5m2, false, true,
+                                                    100 * 4 * att::kWidenHeadBytes + 5, 4, 16, 0, query_lens, blocks);
+  EXPECT_EQ(capped.pages, 100);
+  EXPECT_TRUE(capped.gated);
+  // The default limit: 1 GiB.
+  EXPECT_EQ(att::choose_widen(DType::fp8_e4m3, false, true, -1, 4, 16, 0, {20000}, {20000}).pages,
+            att::kDefaultWidenBytes / (4 * att::kWidenHeadBytes));
+  // Never: other caches, no wgmma tiles, widen_bytes 0 or below one page, no prefill.
+  EXPECT_EQ(att::choose_widen(DType::bf16, false, true, -1, 4, 16, 0, query_lens, blocks).pages, 0);
+  EXPECT_EQ(att::choose_widen(DType::fp8_e4m3, false, false, -1, 4, 16, 0, query_lens, blocks).pages, 0);
+  EXPECT_EQ(att::choose_widen(DType::fp8_e4m3, false, true, 0, 4, 16, 0, query_lens, blocks).pages, 0);
+  EXPECT_EQ(
+      att::choose_widen(DType::fp8_e4m3, false, true, 4 * att::kWidenHeadBytes - 1, 4, 16, 0, query_lens, blocks).pages,
+      0);
+  EXPECT_EQ(att::choose_widen(DType::fp8_e4m3, false, true, -1, 4, 16, 0, {}, {}).pages, 0);
+  // fp8 with per-token scales: the products would be rounded.
+  EXPECT_EQ(att::choose_widen(DType::fp8_e4m3, true, true, -1, 4, 16, 0, query_lens, blocks).pages, 0);
+  EXPECT_GT(att::choose_widen(DType::nvfp4, true, true, -1, 4, 16, 0, query_lens, blocks).pages, 0);
+}
+
+// The region's parts follow `offset` in order without overlap: the table
+// (all requests' rows), the counters and claims (filled from the first
+// prefill request's table row on), the items and the gates 256-byte aligned,
+// the pages 1 KiB aligned.
+TEST(AttentionPlan, WidenLayoutBoundsAndOrder) {
+  namespace att = msa::cuda::attention;
+  att::WidenChoice c;
+  c.pages = 37, c.first_request = 2, c.requests = 3, c.block_cap = 514;
+  const att::WidenLayout l = att::widen_layout(1000, c, 4);
+  EXPECT_GE(l.table_offset, 1000u);
+  EXPECT_EQ(l.table_offset % 256, 0u);
+  EXPECT_EQ(l.counters_offset, l.table_offset + 5u * 514u * 4u);
+  EXPECT_EQ(l.fill_offset, l.table_offset + 2u * 514u * 4u);
+  EXPECT_EQ(l.fill_offset + l.fill_bytes, l.counters_offset + 16u + 3u * 4u * 514u * 4u);
+  EXPECT_GE(l.items_offset, l.fill_offset + l.fill_bytes);
+  EXPECT_EQ(l.items_offset % 256, 0u);
+  EXPECT_GE(l.gates_offset, l.items_offset + 37u * 4u * 16u);
+  EXPECT_GE(l.k_offset, l.gates_offset + 16u);
+  EXPECT_EQ(l.k_offset % 1024, 0u);
+  EXPECT_EQ(l.v_offset, l.k_offset + 37u * 4u * 128u * 128u * 2u);
+  EXPECT_EQ(l.end, l.v_offset + 37u * 4u * 128u * 128u * 2u);
+  // No widening: an empty region at the offset.
+  const att::WidenLayout none = att::widen_layout(1000, att::WidenChoice{}, 4);
+  EXPECT_EQ(none.end, 1000u);
+  EXPECT_EQ(none.fill_bytes, 0u);
 }

@@ -1,7 +1,8 @@
 // Run step of the CUDA sparse attention: host-side shape checks, the kernel
 // parameters, and the dispatch to the kernel instances: the row kernel (which
 // also merges split rows) for decode rows and for prefill rows that split, the
-// token-tile kernel for the other prefill rows (heuristics.hpp), and, in a
+// token-tile kernel for the other prefill rows (heuristics.hpp; fp8 / nvfp4
+// caches widen the step's blocks ahead, widen.hpp), and, in a
 // step that may run key-major, the k2q plan, the key-major kernel and the
 // merge of its partials (key_major.hpp). Each split class merges in a
 // thread-block cluster or through the workspace; allocates nothing and never
@@ -22,6 +23,7 @@
 #include "cuda/attention/launch_wgmma.hpp"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/plan_internal.hpp"
+#include "cuda/attention/widen.hpp"
 #include "cuda/common/check.cuh"
 #include "msa/cuda.hpp"
 #include "msa/error.hpp"
@@ -209,6 +211,7 @@ void prepare_kernels(const AttentionShape& shape) {
     prepare_attend_tiles<kKind, kF16>();
     prepare_attend_wgmma_tiles<kKind, kF16>();
     if constexpr (kKind == KvKind::half) prepare_attend_key_major<kF16>();
+    else prepare_attend_wgmma_tiles<KvKind::half, kF16>();  // tiles over blocks widened ahead (widen.hpp)
   });
 }
 
@@ -295,10 +298,23 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
         prepare_key_major(km, step, args, p, tokens_per_tile, always, s, check);
         p.tile_gate = km.tile_gate();
       }
-      // Split tiles (plan.tile_splits > 1, only planned for bf16 / fp16 caches
-      // that cannot run key-major): tile_splits items per tile from
+      // fp8 / nvfp4: the step's blocks widened ahead (widen.hpp), the tiles
+      // then on the bf16 / fp16 kernel; a gated step also launches the
+      // on-the-fly kernel, and the device runs one of the two.
+      WidenArea widen;
+      KvMaps widen_maps;
+      bool widened = false;
+      const bool token_scales = p.k_scales != nullptr;  // (fp8 per-token scales: on the fly)
+      if (plan.widen_pages > 0 && widens_exactly(args.cache.dtype, token_scales)) {
+        widen = widen_area(plan, step);
+        widened = widened_maps(widen, widen_maps);
+      }
+      // Split tiles (plan.tile_splits > 1, only planned for the persistent
+      // kernel of a step that cannot run key-major: bf16 / fp16 caches, or
+      // blocks widened ahead that surely fit): tile_splits items per tile from
       // plan.tile_split_from on, then the merge.
-      const bool split_tiles = !key_major && plan.tile_splits > 1 && is_half(args.cache.dtype);
+      const bool split_tiles =
+          !key_major && plan.tile_splits > 1 && (is_half(args.cache.dtype) || (widened && !widen.choice.gated));
       if (split_tiles) {
         MSA_CHECK(plan.tile_partial_out != nullptr && plan.tile_partial_lse != nullptr,
                   "attend: the plan splits token tiles ", plan.tile_splits, " ways but has no partials");
@@ -310,10 +326,19 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
         p.tile_partial_out = plan.tile_partial_out;
         p.tile_partial_lse = plan.tile_partial_lse;
       }
-      dispatch(args.cache.dtype, f16, "attend", [&](auto kind, auto fp16) {
-        constexpr KvKind kKind = decltype(kind)::value;
-        launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
-      });
+      if (widened) {
+        widen_ahead(p, widen, args.cache.dtype, s);
+        const AttendParams w = widened_params(p, widen);
+        if (widen.f16) launch_attend_wgmma_tiles<KvKind::half, true>(w, widen_maps, s);
+        else launch_attend_wgmma_tiles<KvKind::half, false>(w, widen_maps, s);
+        if (widen.choice.gated) p.tile_gate = widen.gates() + 1;
+      }
+      if (!widened || widen.choice.gated) {
+        dispatch(args.cache.dtype, f16, "attend", [&](auto kind, auto fp16) {
+          constexpr KvKind kKind = decltype(kind)::value;
+          launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
+        });
+      }
       if (split_tiles) combine_tile_splits(p, s);
       if (key_major) {
         AttendParams k = p;

@@ -1,16 +1,20 @@
 // Plan step of the CUDA sparse attention: validates the shape, readies the
 // kernels, chooses the split-K factors (heuristics.hpp, knowing the device's
 // cluster capacities), lays out the caller's workspace and enqueues the zeroing
-// of its split counters on the stream. The plan depends only on the shape, the
-// token counts and the device, never on sequence lengths, top-k lists or block
-// tables, so a captured decode graph stays valid while those change.
+// of its split counters on the stream. A decode-only step's plan depends only
+// on the shape, the token counts and the device, never on sequence lengths,
+// top-k lists or block tables, so a captured decode graph stays valid while
+// those change (a prefill step's key-major rows and widened blocks depend on
+// its requests' lengths).
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda/attention/heuristics.hpp"
 #include "cuda/attention/plan_internal.hpp"
+#include "cuda/attention/widen_layout.hpp"
 #include "cuda/common/check.cuh"
 #include "msa/common.hpp"
 #include "msa/cuda.hpp"
@@ -44,6 +48,8 @@ void check_shape(const AttentionShape& s) {
             s.decode_splits, " is not in [0, ", kMaxSplits, "] (0: the plan chooses)");
   MSA_CHECK(s.tile_splits >= 0 && s.tile_splits <= kMaxTileSplits, "attention shape: tile_splits = ",
             s.tile_splits, " is not in [0, ", kMaxTileSplits, "] (0: the plan chooses)");
+  MSA_CHECK(s.widen_bytes >= -1, "attention shape: widen_bytes = ", s.widen_bytes,
+            " but must be -1 (the default limit), 0 (never widen ahead) or a byte limit");
   MSA_CHECK(is_half(s.kv_dtype) || is_fp8(s.kv_dtype) || s.kv_dtype == DType::nvfp4,
             "attention shape: kv_dtype = ", dtype_name(s.kv_dtype),
             " but the KV cache is bf16, fp16, fp8_e4m3, fp8_e5m2 or nvfp4");
@@ -94,16 +100,32 @@ std::int64_t key_major_rows(const BatchMetadata& meta, const AttentionShape& sha
   return rows;
 }
 
+// Whether the step's fp8 / nvfp4 prefill tiles read blocks widened ahead,
+// and the room for them (widen_layout.hpp, choose_widen).
+WidenChoice step_widen(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits) {
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const bool tiles = meta.num_tokens > meta.num_decode_tokens && use_token_tiles(group, shape.topk, splits.prefill) &&
+                     use_wgmma_tiles(true, group, tile_tokens(group, shape.topk));
+  std::vector<std::int32_t> query_lens, blocks;
+  for (std::int32_t r = meta.num_decodes; r < meta.num_requests; ++r) {
+    query_lens.push_back(meta.query_start[std::size_t(r) + 1] - meta.query_start[std::size_t(r)]);
+    blocks.push_back(meta.num_blocks(r));
+  }
+  return choose_widen(shape.kv_dtype, shape.kv_token_scales, tiles, shape.widen_bytes, shape.num_kv_heads,
+                      shape.topk, meta.num_decodes, query_lens, blocks);
+}
+
 // How the step's prefill token tiles split (heuristics.hpp,
 // choose_tile_split): only tiles of the persistent wgmma kernel (bf16 / fp16
-// caches) of a step that cannot run key-major; shape.tile_splits forces every
-// tile to split that many ways.
+// caches, or blocks widened ahead that surely fit) of a step that cannot run
+// key-major; shape.tile_splits forces every tile to split that many ways.
 TileSplit step_tile_split(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
-                          std::int64_t km_rows) {
+                          std::int64_t km_rows, const WidenChoice& widen) {
   const int group = shape.num_q_heads / shape.num_kv_heads;
   const int tokens = tile_tokens(group, shape.topk);
   const std::int64_t prefill = std::int64_t(meta.num_tokens) - meta.num_decode_tokens;
-  if (prefill <= 0 || km_rows > 0 || !is_half(shape.kv_dtype) || !use_token_tiles(group, shape.topk, splits.prefill) ||
+  const bool persistent = is_half(shape.kv_dtype) || (widen.pages > 0 && !widen.gated);
+  if (prefill <= 0 || km_rows > 0 || !persistent || !use_token_tiles(group, shape.topk, splits.prefill) ||
       !use_wgmma_tiles(true, group, tokens))
     return {};
   if (shape.tile_splits > 0) return {shape.tile_splits, 0};
@@ -112,13 +134,23 @@ TileSplit step_tile_split(const BatchMetadata& meta, const AttentionShape& shape
                            sms_override > 0 ? sms_override : device_sm_count(), shape.num_kv_heads);
 }
 
-// Bytes of the whole workspace: the split partials, then the key-major data or
-// the split tiles' partials.
-std::size_t workspace_end(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
-                          std::int64_t km_rows, int tile_splits) {
+// Where the widened blocks start: after the split partials and the split
+// tiles' partials (a step that widens never runs key-major).
+std::size_t widen_start(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
+                        int tile_splits) {
   const std::size_t split_bytes =
       workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, splits).bytes;
-  if (km_rows <= 0) return tile_split_layout(split_bytes, meta.num_tokens, shape.num_q_heads, tile_splits).end;
+  return tile_split_layout(split_bytes, meta.num_tokens, shape.num_q_heads, tile_splits).end;
+}
+
+// Bytes of the whole workspace: the split partials, then the key-major data or
+// the split tiles' partials and the widened blocks.
+std::size_t workspace_end(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
+                          std::int64_t km_rows, int tile_splits, const WidenChoice& widen) {
+  const std::size_t split_bytes =
+      workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, splits).bytes;
+  if (km_rows <= 0)
+    return widen_layout(widen_start(meta, shape, splits, tile_splits), widen, shape.num_kv_heads).end;
   const int group = shape.num_q_heads / shape.num_kv_heads;
   const std::size_t k2q = k2q_workspace_bytes(meta.num_tokens, meta.num_requests, shape.num_kv_heads, shape.topk, km_rows);
   return key_major_layout(split_bytes, meta.num_tokens, shape.num_q_heads, shape.num_kv_heads, shape.topk, km_rows,
@@ -134,8 +166,9 @@ std::size_t attention_workspace_bytes(const BatchMetadata& meta, const Attention
   attention::check_meta(meta);
   const attention::Splits splits = attention::step_splits(meta, shape);
   const std::int64_t km_rows = attention::key_major_rows(meta, shape);
+  const attention::WidenChoice widen = attention::step_widen(meta, shape, splits);
   return attention::workspace_end(meta, shape, splits, km_rows,
-                                  attention::step_tile_split(meta, shape, splits, km_rows).splits);
+                                  attention::step_tile_split(meta, shape, splits, km_rows, widen).splits, widen);
 }
 
 AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
@@ -150,12 +183,13 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
             " but the plan needs ", layout.bytes, " (", layout.partial_tokens, " tokens x ",
             shape.num_q_heads, " heads x ", layout.max_splits, " splits of fp32 partials)");
   const std::int64_t km_rows = attention::key_major_rows(meta, shape);
-  const attention::TileSplit tile_split = attention::step_tile_split(meta, shape, splits, km_rows);
+  const attention::WidenChoice widen = attention::step_widen(meta, shape, splits);
+  const attention::TileSplit tile_split = attention::step_tile_split(meta, shape, splits, km_rows, widen);
   const int tile_splits = tile_split.splits;
-  const std::size_t needed = attention::workspace_end(meta, shape, splits, km_rows, tile_splits);
+  const std::size_t needed = attention::workspace_end(meta, shape, splits, km_rows, tile_splits, widen);
   MSA_CHECK(workspace_bytes >= needed, "attention plan: workspace_bytes = ", workspace_bytes, " but the plan needs ",
-            needed, " (the key-major plan, work items and partials, or the split tiles' partials, of a ",
-            meta.num_tokens, "-token prefill step: see attention_workspace_bytes)");
+            needed, " (the key-major plan, work items and partials, the split tiles' partials, or the widened ",
+            "blocks, of a ", meta.num_tokens, "-token prefill step: see attention_workspace_bytes)");
   MSA_CHECK(needed == 0 || workspace != nullptr, "attention plan: workspace is null but ", needed,
             " bytes are needed");
   MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % 16 == 0,
@@ -172,6 +206,12 @@ AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& sh
   plan.key_major_rows = km_rows;
   plan.tile_splits = tile_splits;
   plan.tile_split_from = tile_split.from;
+  plan.widen_pages = widen.pages;
+  plan.widen_gated = widen.gated;
+  plan.widen_first_request = widen.first_request;
+  plan.widen_requests = widen.requests;
+  plan.widen_block_cap = widen.block_cap;
+  plan.widen_offset = widen.pages > 0 ? attention::widen_start(meta, shape, splits, tile_splits) : 0;
   if (tile_splits > 1) {
     const attention::TileSplitLayout t =
         attention::tile_split_layout(layout.bytes, meta.num_tokens, shape.num_q_heads, tile_splits);

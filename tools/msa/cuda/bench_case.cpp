@@ -189,6 +189,7 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   shape.prefill_order = s.prefill_order;
   shape.decode_splits = s.decode_splits;
   shape.tile_splits = s.tile_splits;
+  shape.widen_bytes = s.widen_bytes;
   const std::size_t ws_bytes = cuda::attention_workspace_bytes(m, shape);
   DeviceBuffer ws(ws_bytes);
   const cuda::AttentionPlan plan = cuda::plan_attention(m, shape, ws.get(), ws_bytes, stream);

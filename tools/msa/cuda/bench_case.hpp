@@ -23,6 +23,7 @@ struct BenchSettings {
   cuda::PrefillOrder prefill_order = cuda::PrefillOrder::query_major;  // of the attention plans
   std::int32_t decode_splits = 0;                                      // AttentionShape::decode_splits
   std::int32_t tile_splits = 0;                                        // AttentionShape::tile_splits
+  std::int64_t widen_bytes = -1;                                       // AttentionShape::widen_bytes
   bool token_scales = false;  // fp8 caches: per-(token, head) scales instead of one per tensor
 };
 

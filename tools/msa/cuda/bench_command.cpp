@@ -42,6 +42,7 @@ struct BenchOptions {
   int tile_splits = 0;                  // --tile-splits: AttentionShape::tile_splits (0: the plan's)
   std::string kv_scales = "tensor";     // --kv-scales: fp8 scales per tensor or per (token, head)
   std::string tile_kernel = "auto";     // --tile-kernel: the token-tile kernel (auto: wgmma where it applies)
+  std::int64_t widen_bytes = -1;        // --widen-bytes: AttentionShape::widen_bytes (-1: the default limit)
   std::string json;
 };
 
@@ -138,6 +139,7 @@ int run_bench(const BenchOptions& o) {
                                              : cuda::PrefillOrder::query_major;
   s.decode_splits = o.decode_splits;
   s.tile_splits = o.tile_splits;
+  s.widen_bytes = o.widen_bytes;
   s.token_scales = o.kv_scales == "token";
   // The mma.sync token tiles instead of the wgmma ones (a comparison; the
   // switch the GPU tests use).
@@ -224,6 +226,7 @@ int run_bench(const BenchOptions& o) {
           {"tile_splits", o.tile_splits},
           {"kv_scales", o.kv_scales},
           {"tile_kernel", o.tile_kernel},
+          {"widen_bytes", o.widen_bytes},
           {"set", set},
           {"quick", set == "quick"},
           {"filters", o.filters},
@@ -293,6 +296,11 @@ Command register_bench(CLI::App& app) {
                   "prefill token tiles: auto (wgmma where the shape allows) or mma-sync (the older kernel, to compare)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "mma-sync"}));
+  sub->add_option("--widen-bytes", o->widen_bytes,
+                  "fp8 / nvfp4 prefill tiles: bytes of blocks widened ahead (msa::cuda::AttentionShape::widen_bytes); "
+                  "-1: the default limit, 0: widen on the fly")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(-1), std::int64_t(1) << 40));
   sub->add_option("--json", o->json, "also write everything as JSON to FILE");
   return Command{sub, [o] { return run_bench(*o); }};
 }

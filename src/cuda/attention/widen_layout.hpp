@@ -1,0 +1,131 @@
+// Blocks widened ahead (widen.cu): an fp8 / nvfp4 prefill step first widens
+// each (request, block, KV head) that some token selected into the
+// workspace, once, as the MMA type (bf16 / fp16), and its token tiles then run
+// on the persistent bf16 / fp16 wgmma kernel over those pages. Without it every
+// tile widens every block of its union itself (a block in a 16K-token chunk
+// is read by hundreds of tiles), and its CTAs take one tile each. Measured on
+// the H200 (bench/RESULTS.md, eighteenth session): fp8 and nvfp4 prefill steps
+// 1.20-1.53x faster; the widening itself (read 32 KiB, write 64 KiB per
+// (request, block, KV head)) takes 8-22% of a step.
+//
+// Pure host functions with no CUDA includes: the plan (plan.cpp) sizes the
+// region, attend.cu lays it out, and the CPU unit tests check both.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "msa/cuda.hpp"
+#include "msa/dtype.hpp"
+
+namespace msa::cuda::attention {
+
+// Bytes of one widened page per KV head: the K and V tiles of one (block,
+// KV head), 128 keys x 128 dims of a 16-bit type each. A page holds every
+// KV head of one (request, block), laid out as a bf16 / fp16 cache
+// [page][head][128][128], so that the token tiles read it through the same
+// block-table lookup and tensor maps as a cache of their MMA type.
+inline constexpr std::int64_t kWidenHeadBytes = 2 * 128 * 128 * 2;
+// The region's default size limit (AttentionShape::widen_bytes = -1).
+inline constexpr std::int64_t kDefaultWidenBytes = std::int64_t(1) << 30;
+
+// How a step widens: pages = 0 when it does not.
+struct WidenChoice {
+  std::int64_t pages = 0;  // widened (request, block) pages the region holds
+  // The step's selections may need more pages than that: the device counts
+  // them and runs the on-the-fly kernel instead when they do not fit.
+  bool gated = false;
+  std::int32_t first_request = 0;  // the step's first prefill request (num_decodes)
+  std::int32_t requests = 0;       // its prefill requests
+  std::int32_t block_cap = 0;      // blocks of its longest prefill request
+};
+
+// Whether a cache's blocks widen ahead exactly: fp8 codes and nvfp4 code x
+// group-scale products are bf16 / fp16 values, and per-tensor or global
+// scales stay in the kernel's fp32 score and output scales. fp8 with
+// per-(token, head) scales does not: each key's product with its scale would
+// be rounded (measured: lse off by 3.8e-3-4.4e-3 against the float64 oracle,
+// beyond the contract's 1e-3), so those tiles keep applying the scales to
+// fp32 scores and probabilities on the fly.
+inline bool widens_exactly(DType kv, bool token_scales) {
+  return kv == DType::nvfp4 || ((kv == DType::fp8_e4m3 || kv == DType::fp8_e5m2) && !token_scales);
+}
+
+// The choice for a step whose prefill rows run as wgmma token tiles
+// (`tiles`) on a cache of dtype kv: caches that widen exactly do unless
+// widen_bytes is 0 (-1: kDefaultWidenBytes). The bound on the pages: per
+// prefill request r, min(blocks_r, query_len_r x topk x num_kv_heads)
+// distinct selected blocks.
+//   query_lens, blocks: [requests] of the prefill requests, from first_request on
+inline WidenChoice choose_widen(DType kv, bool token_scales, bool tiles, std::int64_t widen_bytes, int num_kv_heads,
+                                int topk, std::int32_t first_request, const std::vector<std::int32_t>& query_lens,
+                                const std::vector<std::int32_t>& blocks) {
+  WidenChoice c;
+  if (!tiles || widen_bytes == 0 || num_kv_heads <= 0 || !widens_exactly(kv, token_scales)) return c;
+  std::int64_t bound = 0;
+  std::int32_t cap = 0;
+  for (std::size_t r = 0; r < query_lens.size() && r < blocks.size(); ++r) {
+    if (query_lens[r] <= 0 || blocks[r] <= 0) continue;
+    bound += std::min<std::int64_t>(blocks[r], std::int64_t(query_lens[r]) * topk * num_kv_heads);
+    cap = std::max(cap, blocks[r]);
+  }
+  const std::int64_t limit = (widen_bytes < 0 ? kDefaultWidenBytes : widen_bytes) / (kWidenHeadBytes * num_kv_heads);
+  c.pages = std::min(bound, limit);
+  if (c.pages <= 0) return WidenChoice{};
+  c.gated = bound > c.pages;
+  c.first_request = first_request;
+  c.requests = std::int32_t(query_lens.size());
+  c.block_cap = cap;
+  return c;
+}
+
+// A plan's choice (AttentionPlan::widen_*).
+inline WidenChoice plan_widen_choice(const AttentionPlan& plan) {
+  WidenChoice c;
+  c.pages = plan.widen_pages;
+  c.gated = plan.widen_gated;
+  c.first_request = plan.widen_first_request;
+  c.requests = plan.widen_requests;
+  c.block_cap = plan.widen_block_cap;
+  return c;
+}
+
+// The region after `offset` (256-aligned parts, the pages 1 KiB-aligned):
+//  - table: int32 [first_request + requests][block_cap] the page of (request,
+//    block): -1 not selected, -3 a bad block-table entry (rows of the decode
+//    requests are never read);
+//  - counters: int32 [4]: pages claimed - 1, (request, head, block) triples
+//    claimed - 1;
+//  - claims: int32 [requests][num_kv_heads][block_cap], -1 unclaimed;
+//    one fill of 0xff resets the prefill rows of the table through the claims;
+//  - items: int32 [pages x num_kv_heads][4] request, block, KV head of each triple;
+//  - gates: int64 [2] tiles of the widened and the on-the-fly kernel (gated steps);
+//  - k, v: [pages][num_kv_heads][128][128] 16-bit MMA type.
+struct WidenLayout {
+  std::size_t table_offset = 0, counters_offset = 0, fill_offset = 0, fill_bytes = 0, items_offset = 0,
+              gates_offset = 0, k_offset = 0, v_offset = 0, end = 0;
+};
+inline WidenLayout widen_layout(std::size_t offset, const WidenChoice& c, int num_kv_heads) {
+  auto align = [](std::size_t x, std::size_t a) { return (x + a - 1) / a * a; };
+  WidenLayout l;
+  l.table_offset = l.counters_offset = l.fill_offset = l.items_offset = l.gates_offset = l.k_offset = l.v_offset =
+      l.end = offset;
+  if (c.pages <= 0) return l;
+  const std::size_t cap = std::size_t(c.block_cap), heads = std::size_t(num_kv_heads);
+  l.table_offset = align(offset, 256);
+  l.counters_offset = l.table_offset + std::size_t(c.first_request + c.requests) * cap * 4;
+  l.fill_offset = l.table_offset + std::size_t(c.first_request) * cap * 4;
+  const std::size_t claims_end = l.counters_offset + 16 + std::size_t(c.requests) * heads * cap * 4;
+  l.fill_bytes = claims_end - l.fill_offset;
+  l.items_offset = align(claims_end, 256);
+  l.gates_offset = align(l.items_offset + std::size_t(c.pages) * heads * 16, 256);
+  l.k_offset = align(l.gates_offset + 16, 1024);
+  const std::size_t plane = std::size_t(c.pages) * heads * std::size_t(kWidenHeadBytes / 2);
+  l.v_offset = l.k_offset + plane;
+  l.end = l.v_offset + plane;
+  return l;
+}
+
+}  // namespace msa::cuda::attention
