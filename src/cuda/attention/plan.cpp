@@ -147,10 +147,10 @@ std::size_t widen_start(const BatchMetadata& meta, const AttentionShape& shape, 
 // the split tiles' partials and the widened blocks.
 std::size_t workspace_end(const BatchMetadata& meta, const AttentionShape& shape, const Splits& splits,
                           std::int64_t km_rows, int tile_splits, const WidenChoice& widen) {
-  const std::size_t split_bytes =
-      workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, splits).bytes;
   if (km_rows <= 0)
     return widen_layout(widen_start(meta, shape, splits, tile_splits), widen, shape.num_kv_heads).end;
+  const std::size_t split_bytes =
+      workspace_layout(meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, splits).bytes;
   const int group = shape.num_q_heads / shape.num_kv_heads;
   const std::size_t k2q = k2q_workspace_bytes(meta.num_tokens, meta.num_requests, shape.num_kv_heads, shape.topk, km_rows);
   return key_major_layout(split_bytes, meta.num_tokens, shape.num_q_heads, shape.num_kv_heads, shape.topk, km_rows,

@@ -25,7 +25,7 @@ struct WidenArea {
 
   std::int32_t* table() const { return reinterpret_cast<std::int32_t*>(base + layout.table_offset); }
   std::int32_t* counters() const { return reinterpret_cast<std::int32_t*>(base + layout.counters_offset); }
-  std::int32_t* claims() const { return reinterpret_cast<std::int32_t*>(base + layout.counters_offset + 16); }
+  std::int32_t* claims() const { return reinterpret_cast<std::int32_t*>(base + layout.claims_offset); }
   std::int32_t* items() const { return reinterpret_cast<std::int32_t*>(base + layout.items_offset); }
   std::int64_t* gates() const { return reinterpret_cast<std::int64_t*>(base + layout.gates_offset); }
   unsigned char* k() const { return base + layout.k_offset; }

@@ -104,20 +104,21 @@ inline WidenChoice plan_widen_choice(const AttentionPlan& plan) {
 //  - gates: int64 [2] tiles of the widened and the on-the-fly kernel (gated steps);
 //  - k, v: [pages][num_kv_heads][128][128] 16-bit MMA type.
 struct WidenLayout {
-  std::size_t table_offset = 0, counters_offset = 0, fill_offset = 0, fill_bytes = 0, items_offset = 0,
-              gates_offset = 0, k_offset = 0, v_offset = 0, end = 0;
+  std::size_t table_offset = 0, counters_offset = 0, claims_offset = 0, fill_offset = 0, fill_bytes = 0,
+              items_offset = 0, gates_offset = 0, k_offset = 0, v_offset = 0, end = 0;
 };
 inline WidenLayout widen_layout(std::size_t offset, const WidenChoice& c, int num_kv_heads) {
   auto align = [](std::size_t x, std::size_t a) { return (x + a - 1) / a * a; };
   WidenLayout l;
-  l.table_offset = l.counters_offset = l.fill_offset = l.items_offset = l.gates_offset = l.k_offset = l.v_offset =
-      l.end = offset;
+  l.table_offset = l.counters_offset = l.claims_offset = l.fill_offset = l.items_offset = l.gates_offset =
+      l.k_offset = l.v_offset = l.end = offset;
   if (c.pages <= 0) return l;
   const std::size_t cap = std::size_t(c.block_cap), heads = std::size_t(num_kv_heads);
   l.table_offset = align(offset, 256);
   l.counters_offset = l.table_offset + std::size_t(c.first_request + c.requests) * cap * 4;
   l.fill_offset = l.table_offset + std::size_t(c.first_request) * cap * 4;
-  const std::size_t claims_end = l.counters_offset + 16 + std::size_t(c.requests) * heads * cap * 4;
+  l.claims_offset = l.counters_offset + 16;
+  const std::size_t claims_end = l.claims_offset + std::size_t(c.requests) * heads * cap * 4;
   l.fill_bytes = claims_end - l.fill_offset;
   l.items_offset = align(claims_end, 256);
   l.gates_offset = align(l.items_offset + std::size_t(c.pages) * heads * 16, 256);
