@@ -99,9 +99,8 @@ __device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero)
     for (int c = 0; c < 8; ++c) {  // 16-byte output chunk c: codes 8c .. 8c + 7 of this half
       const std::uint32_t lo = (c & 1) ? in[c >> 1].z : in[c >> 1].x;
       const std::uint32_t hi = (c & 1) ? in[c >> 1].w : in[c >> 1].y;
-      const uint4 out = make_uint4(fp8x2_to_mma<kKind, kF16>(lo), fp8x2_to_mma<kKind, kF16>(lo >> 16),
-                                   fp8x2_to_mma<kKind, kF16>(hi), fp8x2_to_mma<kKind, kF16>(hi >> 16));
-      *reinterpret_cast<uint4*>(slot + half * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) = out;
+      *reinterpret_cast<uint4*>(slot + half * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) =
+          fp8x8_to_mma<kKind, kF16>(lo, hi);
     }
   }
 }
@@ -217,13 +216,9 @@ __device__ __forceinline__ void widen_row_fp4(unsigned char* slot, int r, bool z
     const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {  // dims 32 g2 + 8 k .. + 7: output chunk c of half h
-      std::uint32_t b[4];
-      fp4f::e2m1x8_to_pairs<kF16>(words[k], b);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) b[e] = mul2<kF16>(b[e], scale[k >> 1]);
       const int chunk = 4 * g2 + k, h = chunk >> 3, c = chunk & 7;
       *reinterpret_cast<uint4*>(slot + h * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) =
-          make_uint4(b[0], b[1], b[2], b[3]);
+          fp4x8_to_mma<kF16>(words[k], scale[k >> 1]);
     }
   }
 }

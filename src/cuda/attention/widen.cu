@@ -28,7 +28,7 @@ struct WidenMarks {
   std::int32_t* table;     // [first_request + requests][block_cap] page, -1 unselected, -2 being claimed, -3 bad
   std::int32_t* counters;  // [2] pages claimed - 1, triples claimed - 1
   std::int32_t* claims;    // [requests][num_kv_heads][block_cap] -1 unclaimed
-  std::int32_t* items;     // [pages x num_kv_heads][4] request, block, KV head
+  std::int32_t* items;     // [pages x num_kv_heads][4] request, block, KV head, cache page
   std::int64_t* gates;     // [2] tile gates of a gated step, else null
   unsigned char* k;        // [pages][num_kv_heads][128][128] MMA type
   unsigned char* v;
@@ -38,6 +38,7 @@ struct WidenMarks {
 
 constexpr int kMarkThreads = 256;
 constexpr int kWidenThreads = 256;
+constexpr int kWidenCtasPerSm = 4;
 constexpr int kTileBytes = kBlockKeys * kDim * 2;  // one widened K or V tile of one KV head
 
 // One thread per (KV head, top-k entry, prefill token), tokens fastest, so
@@ -74,98 +75,105 @@ __global__ void __launch_bounds__(kMarkThreads) mark_selected_blocks(const Atten
                                   : ~std::uint64_t(threadIdx.x & 31);
   const unsigned peers = __match_any_sync(0xffffffffu, key);
   if (!valid || (threadIdx.x & 31) != __ffs(peers) - 1) return;
+  // (the block-table entry read before the claims, to overlap them)
+  const int source = p.table[std::int64_t(r) * p.table_stride + raw];
   std::int32_t* claim = m.claims + (std::int64_t(r - m.first_request) * p.num_kv_heads + head) * m.block_cap + raw;
-  if (*reinterpret_cast<volatile std::int32_t*>(claim) != -1) return;  // (claimed already: no atomic)
   if (atomicCAS(claim, -1, 0) != -1) return;
+  const bool good = source >= 0 && source < p.num_pages;
+  // The triple's item and the (request, block)'s page are claimed side by
+  // side (neither atomic waits for the other).
   std::int32_t* entry = m.table + std::int64_t(r) * m.block_cap + raw;
-  if (atomicCAS(entry, -1, -2) == -1) {
-    const int page = p.table[std::int64_t(r) * p.table_stride + raw];
-    if (page < 0 || page >= p.num_pages) {
-      detail::record_bad(p.check, detail::kBadBlockTable, r, raw, 0, page, p.num_pages);
-      *entry = -3;
-      return;
-    }
+  const int was = atomicCAS(entry, -1, -2);
+  const std::int64_t at = good ? std::int64_t(atomicAdd(&m.counters[1], 1)) + 1 : -1;
+  const bool first = was == -1;
+  if (at >= 0 && at < m.pages * p.num_kv_heads)
+    *reinterpret_cast<int4*>(m.items + 4 * at) = make_int4(r, raw, head, source);
+  if (!first) return;
+  if (good) {
     *entry = atomicAdd(&m.counters[0], 1) + 1;
+  } else {
+    detail::record_bad(p.check, detail::kBadBlockTable, r, raw, 0, source, p.num_pages);
+    *entry = -3;
   }
-  const std::int64_t at = std::int64_t(atomicAdd(&m.counters[1], 1)) + 1;
-  if (at < m.pages * p.num_kv_heads)
-    *reinterpret_cast<int4*>(m.items + 4 * at) = make_int4(r, raw, head, 0);
+}
+
+// Where a claimed (request, head, block) goes: its K and V tiles in the
+// widened planes; null k when it has no page.
+struct TilePair {
+  unsigned char* k;
+  unsigned char* v;
+};
+
+// fp8: thread tid takes the 8-code chunks c = tid + 256 j of each plane (row
+// c / 16, dims 8 (c % 16) ..), so that a warp's loads and its 16-byte stores
+// each cover whole rows.
+constexpr int kWidenChunks = kBlockKeys * kDim / 8 / kWidenThreads;  // per plane and thread
+
+// The chunk's 16 bytes of the widened tile (row-major [128][128] MMA type).
+__device__ __forceinline__ uint4* widened_chunk(unsigned char* tile, int c) {
+  return reinterpret_cast<uint4*>(tile + (c >> 4) * (kDim * 2) + 16 * (c & 15));
 }
 
 // The K and V tiles of (page, head) of an fp8 cache to the MMA type, exactly
-// (per-tensor scales only: widens_exactly): thread tid takes 16-code chunks
-// tid + 256 j of each plane (row c / 8, codes 16 (c % 8) ..), all loads
-// issued before the first conversion.
-template <KvKind kKind, bool kF16>
-__device__ __forceinline__ void widen_fp8_tiles(const AttendParams& p, int page, int head, unsigned char* k_out,
-                                                unsigned char* v_out) {
-  constexpr int kChunks = kBlockKeys * kDim / 16 / kWidenThreads;
+// (per-tensor scales only: widens_exactly), all loads issued before the first
+// conversion.
+template <KvKind kKind, bool kF16, class Out>
+__device__ __forceinline__ void widen_fp8_tiles(const AttendParams& p, int page, int head, Out out_of) {
   const std::int64_t at = std::int64_t(page) * p.page_stride + std::int64_t(head) * p.head_stride;
-  uint4 in[2][kChunks];
+  uint2 in[2][kWidenChunks];
 #pragma unroll
   for (int plane = 0; plane < 2; ++plane) {
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
+    for (int j = 0; j < kWidenChunks; ++j) {
       const int c = threadIdx.x + kWidenThreads * j;
-      in[plane][j] = __ldg(reinterpret_cast<const uint4*>((plane ? p.v_base : p.k_base) + at +
-                                                          std::int64_t(c >> 3) * p.token_stride + 16 * (c & 7)));
+      in[plane][j] = __ldg(reinterpret_cast<const uint2*>((plane ? p.v_base : p.k_base) + at +
+                                                          std::int64_t(c >> 4) * p.token_stride + 8 * (c & 15)));
     }
   }
+  const TilePair out = out_of();  // (resolved while the loads are in flight)
+  if (out.k == nullptr) return;
 #pragma unroll
   for (int plane = 0; plane < 2; ++plane) {
 #pragma unroll
-    for (int j = 0; j < kChunks; ++j) {
-      const int c = threadIdx.x + kWidenThreads * j;
-      const std::uint32_t words[4] = {in[plane][j].x, in[plane][j].y, in[plane][j].z, in[plane][j].w};
-      std::uint32_t pairs[8];
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        pairs[2 * w] = fp8x2_to_mma<kKind, kF16>(words[w]);
-        pairs[2 * w + 1] = fp8x2_to_mma<kKind, kF16>(words[w] >> 16);
-      }
-      auto* dst = reinterpret_cast<uint4*>((plane ? v_out : k_out) + (c >> 3) * (kDim * 2) + 32 * (c & 7));
-      dst[0] = make_uint4(pairs[0], pairs[1], pairs[2], pairs[3]);
-      dst[1] = make_uint4(pairs[4], pairs[5], pairs[6], pairs[7]);
+    for (int j = 0; j < kWidenChunks; ++j) {
+      *widened_chunk(plane ? out.v : out.k, threadIdx.x + kWidenThreads * j) =
+          fp8x8_to_mma<kKind, kF16>(in[plane][j].x, in[plane][j].y);
     }
   }
 }
 
 // The K and V tiles of (page, head) of an nvfp4 cache to the MMA type
 // (contract 4.3: each head-slot run holds [128][64] code bytes, then [128][8]
-// e4m3 group scales): thread tid takes half h = tid % 2 of row tid / 2, scale
-// groups 4 h .. 4 h + 3, of both planes, all loads issued first. The products
-// e2m1 x e4m3 are exact in bf16 and fp16.
-template <bool kF16>
-__device__ __forceinline__ void widen_fp4_tiles(const AttendParams& p, int page, int head, unsigned char* k_out,
-                                                unsigned char* v_out) {
-  const int row = threadIdx.x >> 1, h = threadIdx.x & 1;
-  uint4 codes[2][2];
-  std::uint32_t sc4[2];
+// e4m3 group scales): thread tid takes the scale groups c = tid + 256 j of
+// each plane (row c / 8, dims 16 (c % 8) ..), all loads issued first. The
+// products e2m1 x e4m3 are exact in bf16 and fp16.
+template <bool kF16, class Out>
+__device__ __forceinline__ void widen_fp4_tiles(const AttendParams& p, int page, int head, Out out_of) {
+  constexpr int kGroups = kBlockKeys * 8 / kWidenThreads;  // per plane and thread
+  uint2 codes[2][kGroups];
+  std::uint32_t scales[2][kGroups];
 #pragma unroll
   for (int plane = 0; plane < 2; ++plane) {
     const unsigned char* slot =
         p.k_base + std::int64_t(page) * p.page_stride + std::int64_t(2 * head + plane) * nvfp4::kSlotBytes;
-    codes[plane][0] = __ldg(reinterpret_cast<const uint4*>(slot + 64 * row + 32 * h));
-    codes[plane][1] = __ldg(reinterpret_cast<const uint4*>(slot + 64 * row + 32 * h + 16));
-    sc4[plane] = __ldg(reinterpret_cast<const std::uint32_t*>(slot + fp4f::kScaleOffset + 8 * row + 4 * h));
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      const int c = threadIdx.x + kWidenThreads * j;
+      codes[plane][j] = __ldg(reinterpret_cast<const uint2*>(slot + 8 * c));
+      scales[plane][j] = __ldg(slot + fp4f::kScaleOffset + c);
+    }
   }
+  const TilePair out = out_of();  // (resolved while the loads are in flight)
+  if (out.k == nullptr) return;
 #pragma unroll
   for (int plane = 0; plane < 2; ++plane) {
 #pragma unroll
-    for (int g = 0; g < 2; ++g) {  // scale groups 4 h + 2 g, 4 h + 2 g + 1: dims 32 (2 h + g) .. + 31
-      const std::uint32_t pair = fp8x2_to_mma<KvKind::e4m3, kF16>(sc4[plane] >> (16 * g));
-      const std::uint32_t scale[2] = {fp4f::prmt(pair, 0u, 0x1010u), fp4f::prmt(pair, 0u, 0x3232u)};
-      const uint4 in = codes[plane][g];
-      const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {  // dims 32 (2 h + g) + 8 k .. + 7
-        std::uint32_t b[4];
-        fp4f::e2m1x8_to_pairs<kF16>(words[k], b);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) b[e] = mul2<kF16>(b[e], scale[k >> 1]);
-        *reinterpret_cast<uint4*>((plane ? v_out : k_out) + row * (kDim * 2) + 2 * (32 * (2 * h + g) + 8 * k)) =
-            make_uint4(b[0], b[1], b[2], b[3]);
-      }
+    for (int j = 0; j < kGroups; ++j) {
+      const int c = threadIdx.x + kWidenThreads * j;
+      const std::uint32_t scale = fp4f::prmt(fp8x2_to_mma<KvKind::e4m3, kF16>(scales[plane][j]), 0u, 0x1010u);
+      auto* dst = reinterpret_cast<uint4*>((plane ? out.v : out.k) + (c >> 3) * (kDim * 2) + 32 * (c & 7));
+      dst[0] = fp4x8_to_mma<kF16>(codes[plane][j].x, scale);
+      dst[1] = fp4x8_to_mma<kF16>(codes[plane][j].y, scale);
     }
   }
 }
@@ -174,9 +182,11 @@ __device__ __forceinline__ void widen_fp4_tiles(const AttendParams& p, int page,
 // pages, by persistent CTAs; a gated step first sets the tile gates (the
 // pages fit: the widened tiles run, else the on-the-fly ones), and widens
 // nothing when they do not fit. A triple whose block-table entry is bad
-// (page -3) is skipped.
+// (page -3) is skipped. kWidenCtasPerSm CTAs per SM: the register budget
+// (64) that lets ptxas issue all of a thread's loads before its first store.
 template <KvKind kKind, bool kF16>
-__global__ void __launch_bounds__(kWidenThreads) widen_marked_blocks(const AttendParams p, const WidenMarks m) {
+__global__ void __launch_bounds__(kWidenThreads, kWidenCtasPerSm)
+    widen_marked_blocks(const AttendParams p, const WidenMarks m) {
   const bool fits = std::int64_t(m.counters[0]) + 1 <= m.pages;
   if (m.gates != nullptr && blockIdx.x == 0 && threadIdx.x == 0) {
     m.gates[0] = fits ? std::numeric_limits<std::int64_t>::max() : 0;
@@ -184,24 +194,31 @@ __global__ void __launch_bounds__(kWidenThreads) widen_marked_blocks(const Atten
   }
   if (!fits) return;
   const std::int64_t triples = std::int64_t(m.counters[1]) + 1;
+  auto item_at = [&](std::int64_t at) {  // request, block, head, cache page
+    return at < triples ? *reinterpret_cast<const int4*>(m.items + 4 * at) : make_int4(0, 0, 0, -1);
+  };
+  int4 next = item_at(blockIdx.x);
   for (std::int64_t at = blockIdx.x; at < triples; at += gridDim.x) {
-    const int4 item = *reinterpret_cast<const int4*>(m.items + 4 * at);  // request, block, head
-    // (both lookups issued before either is used)
-    const int page = m.table[std::int64_t(item.x) * m.block_cap + item.y];
-    const int source = p.table[std::int64_t(item.x) * p.table_stride + item.y];
-    if (page < 0) continue;
-    const std::int64_t slot = (std::int64_t(page) * p.num_kv_heads + item.z) * kTileBytes;
+    const int4 item = next;
+    next = item_at(at + gridDim.x);  // (the next item's load overlaps this one)
+    // The tiles' loads need only the item; their page is looked up meanwhile.
+    auto out_of = [&] {
+      const int page = m.table[std::int64_t(item.x) * m.block_cap + item.y];
+      if (page < 0 || page >= m.pages) return TilePair{nullptr, nullptr};
+      const std::int64_t slot = (std::int64_t(page) * p.num_kv_heads + item.z) * kTileBytes;
+      return TilePair{m.k + slot, m.v + slot};
+    };
     if constexpr (kKind == KvKind::nvfp4)
-      widen_fp4_tiles<kF16>(p, source, item.z, m.k + slot, m.v + slot);
+      widen_fp4_tiles<kF16>(p, item.w, item.z, out_of);
     else
-      widen_fp8_tiles<kKind, kF16>(p, source, item.z, m.k + slot, m.v + slot);
+      widen_fp8_tiles<kKind, kF16>(p, item.w, item.z, out_of);
   }
 }
 
 template <KvKind kKind, bool kF16>
 void launch_widen(const AttendParams& p, const WidenMarks& m, cudaStream_t s) {
   const std::int64_t ctas = std::min<std::int64_t>(m.pages * p.num_kv_heads,
-                                                   std::int64_t(std::max(device_sm_count(), 1)) * 8);
+                                                   std::int64_t(std::max(device_sm_count(), 1)) * kWidenCtasPerSm);
   widen_marked_blocks<kKind, kF16><<<dim3(unsigned(ctas)), dim3(kWidenThreads), 0, s>>>(p, m);
   MSA_CUDA_CHECK_LAUNCH();
 }

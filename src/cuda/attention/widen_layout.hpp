@@ -100,7 +100,7 @@ inline WidenChoice plan_widen_choice(const AttentionPlan& plan) {
 //    claimed - 1;
 //  - claims: int32 [requests][num_kv_heads][block_cap], -1 unclaimed;
 //    one fill of 0xff resets the prefill rows of the table through the claims;
-//  - items: int32 [pages x num_kv_heads][4] request, block, KV head of each triple;
+//  - items: int32 [pages x num_kv_heads][4] request, block, KV head, cache page of each triple;
 //  - gates: int64 [2] tiles of the widened and the on-the-fly kernel (gated steps);
 //  - k, v: [pages][num_kv_heads][128][128] 16-bit MMA type.
 struct WidenLayout {
