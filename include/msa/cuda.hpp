@@ -119,19 +119,20 @@ struct AttentionShape {
   // fp8 caches: their scales are per (token, KV head) (KVCacheView k_scales /
   // v_scales) rather than per tensor. The row kernel then keeps the output's
   // MMA type, where it converts codes with more instructions, and the plan
-  // splits decode rows as for nvfp4, and a prefill step reserves no widened
-  // blocks (widen_bytes). Any value gives correct results.
+  // splits decode rows as for nvfp4, and a prefill step's widened blocks
+  // (widen_bytes) carry the blocks' scales. Any value gives correct results
+  // (a per-token cache under a plan made without it widens on the fly).
   bool kv_token_scales = false;
   // fp8 / nvfp4 caches, prefill rows on the wgmma token tiles: the blocks the
   // step's tokens select are first widened into the workspace (bf16 / fp16,
-  // once per (request, block, KV head): 64 KiB each), and the tiles run on
-  // the bf16 / fp16 kernel over them, instead of widening each block in every
-  // tile that reads it (not with per-token fp8 scales: rounding each key's
-  // product with its scale would cost the lse's accuracy; kv_token_scales
-  // true reserves no room). At most this many bytes of widened blocks: -1 (the
-  // default) 1 GiB, 0 never. A step that may select more blocks than fit
-  // (sum over prefill requests of min(blocks, query_len x topk) x KV heads)
-  // counts them on the device and widens on the fly when they do not fit.
+  // once per (request, block, KV head): 64 KiB each, plus 1 KiB of scales with
+  // kv_token_scales, which the tiles apply to fp32 scores and probabilities),
+  // and the tiles run on the bf16 / fp16 kernel over them, instead of
+  // widening each block in every tile that reads it. At most this many bytes
+  // of widened blocks: -1 (the default) 1 GiB, 0 never. A step that may
+  // select more blocks than fit (sum over prefill requests of min(blocks,
+  // query_len x topk) x KV heads) counts them on the device and widens on the
+  // fly when they do not fit.
   std::int64_t widen_bytes = -1;
 };
 

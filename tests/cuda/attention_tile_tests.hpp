@@ -250,8 +250,8 @@ TEST_P(CudaAttentionTilesOtherPass, MatchesOracleAndCpu) {
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTilesOtherPass, ::testing::ValuesIn(tile_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// fp8 (per-tensor scales) / nvfp4 wgmma tiles over blocks widened ahead, in
-// the modes the default case table does not reach: never widened
+// fp8 / nvfp4 wgmma tiles over blocks widened ahead (per-token fp8 scales
+// with the pages' scales), in the modes the default case table does not reach: never widened
 // (widen_bytes 0, the tiles widen on the fly), and gated steps whose room
 // holds exactly the selected pages (the widened tiles run) or one page fewer
 // (the device falls back to the on-the-fly tiles).
@@ -268,7 +268,7 @@ std::vector<WidenCase> widen_cases() {
   namespace att = msa::cuda::attention;
   for (const Case& c : tile_cases()) {
     const int group = c.q_heads / c.kv_heads;
-    if (!att::widens_exactly(c.kv, c.scales == ScaleMode::per_token_head) ||
+    if (!att::widens_exactly(c.kv) ||
         !att::use_wgmma_tiles(true, group, att::tile_tokens(group, c.topk)))
       continue;
     for (WidenMode m : {WidenMode::on_the_fly, WidenMode::exact_room, WidenMode::one_page_short}) {

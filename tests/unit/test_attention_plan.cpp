@@ -412,8 +412,9 @@ TEST(AttentionPlan, KeyMajorLayoutBoundsAndOrder) {
 // fp8 / nvfp4 token tiles widen their step's blocks ahead: room for the bound
 // on the selected (request, block) pages, per prefill request min(blocks,
 // query_len x topk x KV heads), each of every KV head, capped by widen_bytes
-// (gated when capped); bf16 / fp16 caches, fp8 with per-token scales, steps
-// without wgmma tiles and widen_bytes 0 never widen.
+// (gated when capped), with room for the pages' scales with per-token fp8
+// scales; bf16 / fp16 caches, steps without wgmma tiles and widen_bytes 0
+// never widen.
 TEST(AttentionPlan, WidenRoomFollowsTheBoundAndTheLimit) {
   namespace att = msa::cuda::attention;
   using msa::DType;
@@ -424,6 +425,7 @@ TEST(AttentionPlan, WidenRoomFollowsTheBoundAndTheLimit) {
   EXPECT_EQ(c.first_request, 5);
   EXPECT_EQ(c.requests, 3);
   EXPECT_EQ(c.block_cap, 514);  // (the request without tokens counts for nothing)
+  EXPECT_FALSE(c.scales);
   // Short rows: query_len x topk x heads below the blocks.
   EXPECT_EQ(att::choose_widen(DType::nvfp4, false, true, -1, 2, 2, 0, {3}, {100}).pages, 12);
   // A limit below the bound: that many pages of every head, gated.
@@ -442,15 +444,25 @@ TEST(AttentionPlan, WidenRoomFollowsTheBoundAndTheLimit) {
       att::choose_widen(DType::fp8_e4m3, false, true, 4 * att::kWidenHeadBytes - 1, 4, 16, 0, query_lens, blocks).pages,
       0);
   EXPECT_EQ(att::choose_widen(DType::fp8_e4m3, false, true, -1, 4, 16, 0, {}, {}).pages, 0);
-  // fp8 with per-token scales: the products would be rounded.
-  EXPECT_EQ(att::choose_widen(DType::fp8_e4m3, true, true, -1, 4, 16, 0, query_lens, blocks).pages, 0);
-  EXPECT_GT(att::choose_widen(DType::nvfp4, true, true, -1, 4, 16, 0, query_lens, blocks).pages, 0);
+  // fp8 with per-token scales: the pages carry them (kWidenScaleBytes per
+  // head), and the limit counts them; nvfp4 has none.
+  const att::WidenChoice scaled = att::choose_widen(DType::fp8_e4m3, true, true, -1, 4, 16, 0, query_lens, blocks);
+  EXPECT_EQ(scaled.pages, 514 + 3);
+  EXPECT_TRUE(scaled.scales);
+  const std::int64_t scaled_page = 4 * (att::kWidenHeadBytes + att::kWidenScaleBytes);
+  EXPECT_EQ(att::choose_widen(DType::fp8_e5m2, true, true, 100 * scaled_page + 5, 4, 16, 0, query_lens, blocks).pages,
+            100);
+  EXPECT_EQ(att::choose_widen(DType::fp8_e5m2, true, true, 100 * scaled_page - 1, 4, 16, 0, query_lens, blocks).pages,
+            99);
+  const att::WidenChoice fp4 = att::choose_widen(DType::nvfp4, true, true, -1, 4, 16, 0, query_lens, blocks);
+  EXPECT_GT(fp4.pages, 0);
+  EXPECT_FALSE(fp4.scales);
 }
 
 // The region's parts follow `offset` in order without overlap: the table
 // (all requests' rows), the counters and claims (filled from the first
 // prefill request's table row on), the items and the gates 256-byte aligned,
-// the pages 1 KiB aligned.
+// the pages 1 KiB aligned, then the pages' per-token scales when they have them.
 TEST(AttentionPlan, WidenLayoutBoundsAndOrder) {
   namespace att = msa::cuda::attention;
   att::WidenChoice c;
@@ -467,7 +479,14 @@ TEST(AttentionPlan, WidenLayoutBoundsAndOrder) {
   EXPECT_GE(l.k_offset, l.gates_offset + 16u);
   EXPECT_EQ(l.k_offset % 1024, 0u);
   EXPECT_EQ(l.v_offset, l.k_offset + 37u * 4u * 128u * 128u * 2u);
-  EXPECT_EQ(l.end, l.v_offset + 37u * 4u * 128u * 128u * 2u);
+  EXPECT_EQ(l.scales_offset, l.v_offset + 37u * 4u * 128u * 128u * 2u);
+  EXPECT_EQ(l.end, l.scales_offset);
+  // Per-token scales: float [pages][heads][2][128] after the V pages.
+  c.scales = true;
+  const att::WidenLayout s = att::widen_layout(1000, c, 4);
+  EXPECT_EQ(s.v_offset, l.v_offset);
+  EXPECT_EQ(s.scales_offset, l.scales_offset);
+  EXPECT_EQ(s.end, s.scales_offset + 37u * 4u * 2u * 128u * 4u);
   // No widening: an empty region at the offset.
   const att::WidenLayout none = att::widen_layout(1000, att::WidenChoice{}, 4);
   EXPECT_EQ(none.end, 1000u);

@@ -204,14 +204,18 @@ void prepare_kernels(const AttentionShape& shape) {
   dispatch(shape.kv_dtype, true, "attention", [](auto kind, auto fp16) {
     prepare_attend<decltype(kind)::value, decltype(fp16)::value>();
   });
-  dispatch(shape.kv_dtype, shape.out_dtype == DType::fp16, "attention", [](auto kind, auto fp16) {
+  dispatch(shape.kv_dtype, shape.out_dtype == DType::fp16, "attention", [&](auto kind, auto fp16) {
     constexpr KvKind kKind = decltype(kind)::value;
     constexpr bool kF16 = decltype(fp16)::value;
     prepare_attend<kKind, kF16>();
     prepare_attend_tiles<kKind, kF16>();
     prepare_attend_wgmma_tiles<kKind, kF16>();
-    if constexpr (kKind == KvKind::half) prepare_attend_key_major<kF16>();
-    else prepare_attend_wgmma_tiles<KvKind::half, kF16>();  // tiles over blocks widened ahead (widen.hpp)
+    if constexpr (kKind == KvKind::half) {
+      prepare_attend_key_major<kF16>();
+    } else {
+      prepare_attend_wgmma_tiles<KvKind::half, kF16>();  // tiles over blocks widened ahead (widen.hpp)
+      if (kKind != KvKind::nvfp4 && shape.kv_token_scales) prepare_attend_wgmma_tiles<KvKind::half, kF16, true>();
+    }
   });
 }
 
@@ -299,15 +303,16 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
         p.tile_gate = km.tile_gate();
       }
       // fp8 / nvfp4: the step's blocks widened ahead (widen.hpp), the tiles
-      // then on the bf16 / fp16 kernel; a gated step also launches the
-      // on-the-fly kernel, and the device runs one of the two.
+      // then on the bf16 / fp16 kernel (per-token fp8 scales: with the
+      // pages' scales, when the plan made room for them); a gated step also
+      // launches the on-the-fly kernel, and the device runs one of the two.
       WidenArea widen;
       KvMaps widen_maps;
       bool widened = false;
-      const bool token_scales = p.k_scales != nullptr;  // (fp8 per-token scales: on the fly)
-      if (plan.widen_pages > 0 && widens_exactly(args.cache.dtype, token_scales)) {
+      const bool token_scales = p.k_scales != nullptr;
+      if (plan.widen_pages > 0 && widens_exactly(args.cache.dtype)) {
         widen = widen_area(plan, step);
-        widened = widened_maps(widen, widen_maps);
+        widened = (!token_scales || widen.choice.scales) && widened_maps(widen, widen_maps);
       }
       // Split tiles (plan.tile_splits > 1, only planned for the persistent
       // kernel of a step that cannot run key-major: bf16 / fp16 caches, or
@@ -329,8 +334,13 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
       if (widened) {
         widen_ahead(p, widen, args.cache.dtype, s);
         const AttendParams w = widened_params(p, widen);
-        if (widen.f16) launch_attend_wgmma_tiles<KvKind::half, true>(w, widen_maps, s);
-        else launch_attend_wgmma_tiles<KvKind::half, false>(w, widen_maps, s);
+        if (token_scales) {
+          if (widen.f16) launch_attend_wgmma_tiles<KvKind::half, true, true>(w, widen_maps, s);
+          else launch_attend_wgmma_tiles<KvKind::half, false, true>(w, widen_maps, s);
+        } else {
+          if (widen.f16) launch_attend_wgmma_tiles<KvKind::half, true>(w, widen_maps, s);
+          else launch_attend_wgmma_tiles<KvKind::half, false>(w, widen_maps, s);
+        }
         if (widen.choice.gated) p.tile_gate = widen.gates() + 1;
       }
       if (!widened || widen.choice.gated) {

@@ -164,13 +164,34 @@ __device__ __forceinline__ std::uint64_t warpgroup_tokens(int wg, int group, int
   return upto & ~((std::uint64_t(1) << lo) - 1);
 }
 
+// Multiplies the thread's score (kPlane 0: by the K scales) or probability
+// (kPlane 1: by the V scales) columns by the slot's per-key scales: column
+// 8 j + col + e of both rows by scales[kPlane][8 j + col + e].
+//   sc: the 64 x 128 fragment; scales: [2 (K, V)][128] in shared memory
+template <int kPlane>
+__device__ __forceinline__ void scale_columns(float (&sc)[64], const float* scales, int col) {
+  const float* factor = scales + kPlane * kBlockKeys;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float2 f = *reinterpret_cast<const float2*>(factor + 8 * j + col);
+    sc[4 * j] *= f.x;
+    sc[4 * j + 1] *= f.y;
+    sc[4 * j + 2] *= f.x;
+    sc[4 * j + 3] *= f.y;
+  }
+}
+
 // Threads of both consumer warpgroups (the turn's named barriers).
 inline constexpr int kTurnPeers = WgmmaTile::kConsumers * 128;
 
 // bf16 / fp16: the CTA's tiles, one after the other. Round i of a tile issues
 // QK(i) and PV(i - 1) (two groups when the warpgroup attends both blocks);
-// the scores' softmax of block i runs while PV(i - 1) is in flight.
-template <bool kF16, bool kKeyMajor>
+// the scores' softmax of block i runs while PV(i - 1) is in flight. kScaled
+// (fp8 codes widened ahead with per-token scales, which came with K(i) into
+// the K slot's scale array): the scores times the K scales before the
+// softmax, the probabilities times the V scales after it (the sums stay
+// unscaled); every thread releases the slots itself.
+template <bool kF16, bool kKeyMajor, bool kScaled = false>
 __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consumer& c) {
   using W = WgmmaTile;
   const float scale = p.score_scale_log2;
@@ -223,7 +244,15 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
         const std::uint64_t mask = entries.mask[i];
         const int limit0 = (mask & bit[0]) != 0 ? pos[0] - base + 1 : 0;
         const int limit1 = (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0;
-        return softmax_scores_any(sc, m, l, limit0, limit1, scale, c.col);
+        if constexpr (!kScaled) {
+          return softmax_scores_any(sc, m, l, limit0, limit1, scale, c.col);
+        } else {
+          const float* slot_scales = reinterpret_cast<const float*>(c.smem + W::kScales) + s * 2 * kBlockKeys;
+          scale_columns<0>(sc, slot_scales, c.col);
+          const Rescale r = softmax_scores_any(sc, m, l, limit0, limit1, scale, c.col);
+          scale_columns<1>(sc, slot_scales, c.col);
+          return r;
+        }
       };
       // Each combination issues straight-line wgmma (no branch inside a group).
       if (prev_active && active) {  // QK(i), then PV(i - 1): two groups, done in order
@@ -252,7 +281,8 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
         pass_turn();
       }
       __syncwarp();
-      if (sm90::elect_one()) {  // one arrival per warp and block, whether it attended the block or not
+      // One arrival per warp (kScaled: per thread) and block, whether it attended the block or not.
+      if (kScaled || sm90::elect_one()) {
         if (i > 0) sm90::mbar_arrive(c.bar.empty_v(sp));
         if (i < n) sm90::mbar_arrive(c.bar.empty_k(s));
       }
@@ -286,23 +316,6 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
       }
       write_tile_rows(p, c, o, m, l, at, out, lse);
     }
-  }
-}
-
-// Multiplies the thread's score (kPlane 0: by the K scales) or probability
-// (kPlane 1: by the V scales) columns by the slot's per-key scales: column
-// 8 j + col + e of both rows by scales[kPlane][8 j + col + e].
-//   sc: the 64 x 128 fragment; scales: [2 (K, V)][128] in shared memory
-template <int kPlane>
-__device__ __forceinline__ void scale_columns(float (&sc)[64], const float* scales, int col) {
-  const float* factor = scales + kPlane * kBlockKeys;
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-    const float2 f = *reinterpret_cast<const float2*>(factor + 8 * j + col);
-    sc[4 * j] *= f.x;
-    sc[4 * j + 1] *= f.y;
-    sc[4 * j + 2] *= f.x;
-    sc[4 * j + 3] *= f.y;
   }
 }
 

@@ -43,9 +43,11 @@ struct WgmmaTile {
   static constexpr int kPlans = kBars + 256;
   static constexpr int kHeaderBytes = 32;
   static constexpr int kPlanBytes = (kHeaderBytes + TileList::kBytes + 127) / 128 * 128;
-  // fp8 per-token scales of the ring's blocks: float [kSlots][2 (K, V)][128].
+  // fp8 per-token scales of the ring's blocks: float [kSlots][2 (K, V)][128]
+  // (indexed by the K slot).
   static constexpr int kScales = kPlans + 2 * kPlanBytes;
-  static constexpr int kBytes = kScales + kSlots * 2 * kBlockKeys * 4 + 1024;  // + alignment slack
+  static constexpr int kSlotScaleBytes = 2 * kBlockKeys * 4;
+  static constexpr int kBytes = kScales + kSlots * kSlotScaleBytes + 1024;  // + alignment slack
   // Named barriers: 0 is __syncthreads; warpgroup w waits on kTurn + w for its
   // turn to issue; the producer warpgroup (fp8 widening) syncs on kWidenBar,
   // the planners on kPlanBar. Plan buffer b is handed over on kPlanFull + b

@@ -26,18 +26,26 @@ __device__ __forceinline__ void zero_v_rows(unsigned char* tile, int keys, int l
 }
 
 // The K tile of the CTA's g-th streamed block (on `page`) into its slot by
-// TMA, once the slot is free (one thread).
+// TMA, once the slot is free (one thread). kScaled (blocks widened with
+// per-token scales, widen_layout.hpp): the block's K and V scales, float
+// [2][128] at scales + (page x heads + head) x 256, come on the same barrier
+// into the slot's scale array.
+template <bool kScaled = false>
 __device__ __forceinline__ void load_k_tile(const KvMaps& maps, int page, int head, unsigned char* smem,
-                                            const WgmmaBars& bar, int g) {
+                                            const WgmmaBars& bar, int g, const float* scales = nullptr,
+                                            int heads = 0) {
   using W = WgmmaTile;
   const int s = ring_slot(g);
   const int c1 = map_coord(maps, 1, head, page), c2 = map_coord(maps, 2, head, page),
             c3 = map_coord(maps, 3, head, page);
   const std::uint32_t k_dst = smem_u32(smem + W::kK + s * W::kPlaneBytes);
   if (g >= W::kSlots) sm90::mbar_wait(bar.empty_k(s), ring_parity(g) ^ 1u);  // the slot's previous use
-  sm90::mbar_arrive_expect_tx(bar.full_k(s), W::kPlaneBytes);
+  sm90::mbar_arrive_expect_tx(bar.full_k(s), W::kPlaneBytes + (kScaled ? W::kSlotScaleBytes : 0));
   sm90::tma_load_4d(k_dst, &maps.k, bar.full_k(s), 0, c1, c2, c3);
   sm90::tma_load_4d(k_dst + W::kAtomBytes, &maps.k, bar.full_k(s), 64, c1, c2, c3);
+  if constexpr (kScaled)
+    sm90::bulk_load(smem_u32(smem + W::kScales + s * W::kSlotScaleBytes),
+                    scales + (std::int64_t(page) * heads + head) * 2 * kBlockKeys, W::kSlotScaleBytes, bar.full_k(s));
 }
 
 // bf16 / fp16 producer (one warp), one tile: K and V of every union block by
@@ -45,10 +53,12 @@ __device__ __forceinline__ void load_k_tile(const KvMaps& maps, int page, int he
 // already); g0 blocks went before it. Block g waits for block g - 2's slot.
 // The tail block's V goes through its own barrier (`tails` uses of it
 // before) so that the warp can zero its unwritten rows before publishing it.
+// kScaled: the blocks' scales come with their K tiles (load_k_tile).
+template <bool kScaled = false>
 __device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileEntries& entries, int n, int head,
                                                  int tail_block, int tail_keys, unsigned char* smem,
                                                  const WgmmaBars& bar, int lane, int g0, int& tails,
-                                                 int k_issued) {
+                                                 int k_issued, const float* scales = nullptr, int heads = 0) {
   using W = WgmmaTile;
   for (int i = 0; i < n; ++i) {
     const int g = g0 + i, s = ring_slot(g);
@@ -58,7 +68,7 @@ __device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileE
               c3 = map_coord(maps, 3, head, page);
     const std::uint32_t v_dst = smem_u32(smem + W::kV + s * W::kPlaneBytes);
     if (lane == 0) {
-      if (i >= k_issued) load_k_tile(maps, page, head, smem, bar, g);
+      if (i >= k_issued) load_k_tile<kScaled>(maps, page, head, smem, bar, g, scales, heads);
       if (g >= W::kSlots) sm90::mbar_wait(bar.empty_v(s), parity);
     }
     __syncwarp();

@@ -52,17 +52,22 @@
 #include "cuda/attention/kernel_wgmma_producer.cuh"
 #include "cuda/attention/kernel_wgmma_softmax.cuh"
 #include "cuda/attention/kv_maps.hpp"
+#include "cuda/attention/launch_wgmma.hpp"
 #include "cuda/attention/wgmma.cuh"
 #include "cuda/common/device.hpp"
 
 namespace msa::cuda::attention {
 
 // kKeyMajor: the tiles are key-major work items (plan_item), whose rows go to
-// the partials (bf16 / fp16 caches only).
-template <KvKind kKind, bool kF16, bool kKeyMajor = false>
+// the partials (bf16 / fp16 caches only). kScaled: bf16 / fp16 pages of fp8
+// codes widened ahead with their per-token scales (p.k_scales: float
+// [pages][heads][2][128], widen_layout.hpp), applied to the fp32 scores and
+// probabilities.
+template <KvKind kKind, bool kF16, bool kKeyMajor = false, bool kScaled = false>
 __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     attend_wgmma_tile_kernel(const __grid_constant__ AttendParams p, const __grid_constant__ KvMaps maps) {
   static_assert(!kKeyMajor || kKind == KvKind::half, "key-major runs on persistent (bf16 / fp16) CTAs");
+  static_assert(!kScaled || (kKind == KvKind::half && !kKeyMajor), "scaled pages run as query-major token tiles");
   using W = WgmmaTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -87,11 +92,13 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
 
   if (tid == W::kProducerWarp * 32) {
     const bool every_thread = kKind != KvKind::half && every_thread_arrives(p);  // (one-tile CTAs only)
+    // Scaled pages: every consumer thread reads the slot's scales and releases it itself.
+    const bool every_consumer = every_thread || kScaled;
     for (int s = 0; s < W::kSlots; ++s) {
       sm90::mbar_init(bar.full_k(s), W::full_arrivals(every_thread));
       sm90::mbar_init(bar.full_v(s), W::full_arrivals(every_thread));
-      sm90::mbar_init(bar.empty_k(s), W::empty_arrivals(every_thread));
-      sm90::mbar_init(bar.empty_v(s), W::empty_arrivals(every_thread));
+      sm90::mbar_init(bar.empty_k(s), W::empty_arrivals(every_consumer));
+      sm90::mbar_init(bar.empty_v(s), W::empty_arrivals(every_consumer));
       sm90::mbar_init(bar.raw_k(s), 1);
       sm90::mbar_init(bar.raw_v(s), 1);
     }
@@ -110,13 +117,16 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
            if (warp != W::kProducerWarp) return;
            k_issued = lead_block(list) >= 0 ? 1 : 0;
            if (k_issued >= n) return;
-           if (lane == 0) load_k_tile(maps, list_entries(list).page[k_issued], head, smem, bar, k_issued);
+           if (lane == 0)
+             load_k_tile<kScaled>(maps, list_entries(list).page[k_issued], head, smem, bar, k_issued, p.k_scales,
+                                  p.num_kv_heads);
            ++k_issued;
          }
        },
        [&](int page, int head) {
          if constexpr (kKind == KvKind::half && !kKeyMajor) {
-           load_k_tile(maps, page, head, smem, bar, 0);  // (kLeadWorker: this warp's lane 0)
+           load_k_tile<kScaled>(maps, page, head, smem, bar, 0, p.k_scales,
+                                p.num_kv_heads);  // (kLeadWorker: this warp's lane 0)
            return true;
          } else {
            return false;
@@ -148,8 +158,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const int n = header[PlanHeader::kEntries], head = header[PlanHeader::kHead];
       const int tail_block = header[PlanHeader::kTailBlock], tail_keys = header[PlanHeader::kTailKeys];
       if constexpr (kKind == KvKind::half)
-        load_half_blocks(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails,
-                         j == 0 ? k_issued : 0);
+        load_half_blocks<kScaled>(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails,
+                                  j == 0 ? k_issued : 0, p.k_scales, p.num_kv_heads);
       else if constexpr (kKind == KvKind::nvfp4)
         widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       else
@@ -170,7 +180,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   // The turn to issue starts with warpgroup 0.
   if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kTurnPeers);
   if constexpr (kKind == KvKind::half)
-    consume_tiles<kF16, kKeyMajor>(p, c);
+    consume_tiles<kF16, kKeyMajor, kScaled>(p, c);
   else
     consume_one_tile<kF16>(p, c);
 }
@@ -184,25 +194,25 @@ void raise_smem_limit_once(std::atomic<std::uint64_t>& done, Kernel kernel) {
   });
 }
 
-template <KvKind kKind, bool kF16>
+template <KvKind kKind, bool kF16, bool kScaled>
 void prepare_attend_wgmma_tiles() {
   static std::atomic<std::uint64_t> done{0};
-  raise_smem_limit_once(done, attend_wgmma_tile_kernel<kKind, kF16>);
+  raise_smem_limit_once(done, attend_wgmma_tile_kernel<kKind, kF16, false, kScaled>);
 }
 
 // Launches the wgmma token-tile kernel over p.tile_count tile numbers
 // (heuristics.hpp, tile_ctas; p.tile_tokens x p.group = 128): one CTA per SM
 // looping over them for bf16 / fp16 caches, one CTA per tile for fp8 / nvfp4
 // (whose maps are unused: the producer bulk-copies the head-slot runs).
-template <KvKind kKind, bool kF16>
+template <KvKind kKind, bool kF16, bool kScaled>
 void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaStream_t stream) {
-  prepare_attend_wgmma_tiles<kKind, kF16>();
+  prepare_attend_wgmma_tiles<kKind, kF16, kScaled>();
   std::int64_t ctas = p.tile_count;
   if constexpr (kKind == KvKind::half) {
     ctas = std::min<std::int64_t>(ctas, std::max(device_sm_count(), 1));
   }
   if (ctas <= 0) return;
-  attend_wgmma_tile_kernel<kKind, kF16>
+  attend_wgmma_tile_kernel<kKind, kF16, false, kScaled>
       <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);
   MSA_CUDA_CHECK_LAUNCH();
 }

@@ -73,7 +73,9 @@ struct AttendParams {
   std::int64_t head_stride = 0;
   std::int64_t token_stride = 0;
   std::int64_t num_pages = 0;
-  const float* k_scales = nullptr;  // per_token_head fp8: [num_pages * 128, num_kv_heads]; else null
+  // per_token_head fp8: [num_pages * 128, num_kv_heads]; over widened pages (the
+  // scaled token tiles, widen.hpp): [pages][num_kv_heads][2 (K, V)][128]; else null
+  const float* k_scales = nullptr;
   const float* v_scales = nullptr;  // per_token_head fp8: [num_pages * 128, num_kv_heads]; else null
 
   // ---- block table: page of (request r, block b) at table[r * table_stride + b] ----

@@ -32,6 +32,7 @@ struct WidenMarks {
   std::int64_t* gates;     // [2] tile gates of a gated step, else null
   unsigned char* k;        // [pages][num_kv_heads][128][128] MMA type
   unsigned char* v;
+  float* scales;           // [pages][num_kv_heads][2][128] per-token K, V scales, or null
   std::int64_t pages;
   int first_request, requests, block_cap;
 };
@@ -114,9 +115,8 @@ __device__ __forceinline__ uint4* widened_chunk(unsigned char* tile, int c) {
   return reinterpret_cast<uint4*>(tile + (c >> 4) * (kDim * 2) + 16 * (c & 15));
 }
 
-// The K and V tiles of (page, head) of an fp8 cache to the MMA type, exactly
-// (per-tensor scales only: widens_exactly), all loads issued before the first
-// conversion.
+// The K and V codes of (page, head) of an fp8 cache to the MMA type, exactly
+// (widens_exactly), all loads issued before the first conversion.
 template <KvKind kKind, bool kF16, class Out>
 __device__ __forceinline__ void widen_fp8_tiles(const AttendParams& p, int page, int head, Out out_of) {
   const std::int64_t at = std::int64_t(page) * p.page_stride + std::int64_t(head) * p.head_stride;
@@ -178,6 +178,21 @@ __device__ __forceinline__ void widen_fp4_tiles(const AttendParams& p, int page,
   }
 }
 
+// The per-token K and V scales of a claimed triple (request item.x, block
+// item.y, KV head item.z, cache page item.w) into widened page `page`:
+// thread t < 128 copies key t's K scale, thread 128 + t its V scale, which is
+// 0 for keys past the request's last one (unwritten, any bytes), so that a
+// masked key's zero probability stays zero.
+__device__ __forceinline__ void copy_token_scales(const AttendParams& p, const WidenMarks& m, const int4& item,
+                                                  int page) {
+  const int t = threadIdx.x & (kBlockKeys - 1), plane = threadIdx.x / kBlockKeys;
+  if (plane > 1) return;
+  const float* from = plane ? p.v_scales : p.k_scales;
+  float value = from[(std::int64_t(item.w) * kBlockKeys + t) * p.num_kv_heads + item.z];
+  if (plane == 1 && std::int64_t(item.y) * kBlockKeys + t >= p.seq_lens[item.x]) value = 0.0f;
+  m.scales[((std::int64_t(page) * p.num_kv_heads + item.z) * 2 + plane) * kBlockKeys + t] = value;
+}
+
 // The claimed (request, head, block) triples, K and V each, into their
 // pages, by persistent CTAs; a gated step first sets the tile gates (the
 // pages fit: the widened tiles run, else the on-the-fly ones), and widens
@@ -202,16 +217,19 @@ __global__ void __launch_bounds__(kWidenThreads, kWidenCtasPerSm)
     const int4 item = next;
     next = item_at(at + gridDim.x);  // (the next item's load overlaps this one)
     // The tiles' loads need only the item; their page is looked up meanwhile.
+    int page = -1;
     auto out_of = [&] {
-      const int page = m.table[std::int64_t(item.x) * m.block_cap + item.y];
+      page = m.table[std::int64_t(item.x) * m.block_cap + item.y];
       if (page < 0 || page >= m.pages) return TilePair{nullptr, nullptr};
       const std::int64_t slot = (std::int64_t(page) * p.num_kv_heads + item.z) * kTileBytes;
       return TilePair{m.k + slot, m.v + slot};
     };
-    if constexpr (kKind == KvKind::nvfp4)
+    if constexpr (kKind == KvKind::nvfp4) {
       widen_fp4_tiles<kF16>(p, item.w, item.z, out_of);
-    else
+    } else {
       widen_fp8_tiles<kKind, kF16>(p, item.w, item.z, out_of);
+      if (m.scales != nullptr && page >= 0 && page < m.pages) copy_token_scales(p, m, item, page);
+    }
   }
 }
 
@@ -250,6 +268,7 @@ void widen_ahead(const AttendParams& p, const WidenArea& a, DType kv, cudaStream
   m.gates = a.choice.gated ? a.gates() : nullptr;
   m.k = a.k();
   m.v = a.v();
+  m.scales = a.choice.scales && p.k_scales != nullptr ? a.scales() : nullptr;
   m.pages = a.choice.pages;
   m.first_request = a.choice.first_request;
   m.requests = a.choice.requests;
@@ -282,7 +301,8 @@ AttendParams widened_params(const AttendParams& p, const WidenArea& a) {
   w.page_stride = std::int64_t(a.num_kv_heads) * w.head_stride;
   w.token_stride = kDim;
   w.num_pages = a.choice.pages;
-  w.k_scales = w.v_scales = nullptr;
+  w.k_scales = a.choice.scales && p.k_scales != nullptr ? a.scales() : nullptr;
+  w.v_scales = nullptr;
   w.table = a.table();
   w.table_stride = a.choice.block_cap;
   // Lookups stay inside the region's table whatever the device's step data say.

@@ -30,6 +30,7 @@ struct WidenArea {
   std::int64_t* gates() const { return reinterpret_cast<std::int64_t*>(base + layout.gates_offset); }
   unsigned char* k() const { return base + layout.k_offset; }
   unsigned char* v() const { return base + layout.v_offset; }
+  float* scales() const { return reinterpret_cast<float*>(base + layout.scales_offset); }  // (choice.scales)
 };
 
 // The plan's region; throws msa::Error when the step is not the one the plan
@@ -42,13 +43,16 @@ WidenArea widen_area(const AttentionPlan& plan, const StepView& step);
 // eligible selected (request, KV head, block) once and a page for each
 // (request, block); then each claimed triple's K and V widened into its page,
 // exactly (widens_exactly: per-tensor and nvfp4 global scales stay in p's
-// score and output scales). A gated step writes the two kernels' tile gates
+// score and output scales), with its per-token scales (p.k_scales /
+// p.v_scales, area.choice.scales) copied beside it: V scales 0 past the
+// request's last key. A gated step writes the two kernels' tile gates
 // (area.gates()).
 //   p: the step's parameters (make_params); kv: the cache dtype (fp8 or nvfp4)
 void widen_ahead(const AttendParams& p, const WidenArea& area, DType kv, cudaStream_t stream);
 
 // The token tiles' parameters over the widened pages (from p, the cache's);
-// gated steps run them behind area.gates()[0].
+// gated steps run them behind area.gates()[0]. With per-token scales,
+// k_scales points at the pages' scales (widen_layout.hpp), v_scales is null.
 AttendParams widened_params(const AttendParams& p, const WidenArea& area);
 
 // The TMA maps of the widened pages; false when the driver cannot encode them.

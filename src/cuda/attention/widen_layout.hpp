@@ -6,7 +6,9 @@
 // is read by hundreds of tiles), and its CTAs take one tile each. Measured on
 // the H200 (bench/RESULTS.md, eighteenth session): fp8 and nvfp4 prefill steps
 // 1.20-1.53x faster; the widening itself (read 32 KiB, write 64 KiB per
-// (request, block, KV head)) takes 8-22% of a step.
+// (request, block, KV head)) takes 8-22% of a step. fp8 with per-(token,
+// head) scales widens its codes the same way and copies the block's scales
+// beside them; the tiles apply those to fp32 scores and probabilities.
 //
 // Pure host functions with no CUDA includes: the plan (plan.cpp) sizes the
 // region, attend.cu lays it out, and the CPU unit tests check both.
@@ -28,6 +30,9 @@ namespace msa::cuda::attention {
 // [page][head][128][128], so that the token tiles read it through the same
 // block-table lookup and tensor maps as a cache of their MMA type.
 inline constexpr std::int64_t kWidenHeadBytes = 2 * 128 * 128 * 2;
+// Bytes of one page's per-token scales per KV head (fp8 with per-(token,
+// head) scales): float [2 (K, V)][128 keys].
+inline constexpr std::int64_t kWidenScaleBytes = 2 * 128 * 4;
 // The region's default size limit (AttentionShape::widen_bytes = -1).
 inline constexpr std::int64_t kDefaultWidenBytes = std::int64_t(1) << 30;
 
@@ -40,30 +45,32 @@ struct WidenChoice {
   std::int32_t first_request = 0;  // the step's first prefill request (num_decodes)
   std::int32_t requests = 0;       // its prefill requests
   std::int32_t block_cap = 0;      // blocks of its longest prefill request
+  bool scales = false;             // the pages carry per-token scales (fp8 per-(token, head) scales)
 };
 
 // Whether a cache's blocks widen ahead exactly: fp8 codes and nvfp4 code x
 // group-scale products are bf16 / fp16 values, and per-tensor or global
-// scales stay in the kernel's fp32 score and output scales. fp8 with
-// per-(token, head) scales does not: each key's product with its scale would
-// be rounded (measured: lse off by 3.8e-3-4.4e-3 against the float64 oracle,
-// beyond the contract's 1e-3), so those tiles keep applying the scales to
-// fp32 scores and probabilities on the fly.
-inline bool widens_exactly(DType kv, bool token_scales) {
-  return kv == DType::nvfp4 || ((kv == DType::fp8_e4m3 || kv == DType::fp8_e5m2) && !token_scales);
+// scales stay in the kernel's fp32 score and output scales. Per-(token, head)
+// fp8 scales are not folded in (each key's product with its scale would be
+// rounded: measured, lse off by 3.8e-3-4.4e-3 against the float64 oracle,
+// beyond the contract's 1e-3); the pages carry them beside the codes, and the
+// tiles apply them to fp32 scores and probabilities (WidenChoice::scales).
+inline bool widens_exactly(DType kv) {
+  return kv == DType::nvfp4 || kv == DType::fp8_e4m3 || kv == DType::fp8_e5m2;
 }
 
 // The choice for a step whose prefill rows run as wgmma token tiles
-// (`tiles`) on a cache of dtype kv: caches that widen exactly do unless
-// widen_bytes is 0 (-1: kDefaultWidenBytes). The bound on the pages: per
-// prefill request r, min(blocks_r, query_len_r x topk x num_kv_heads)
-// distinct selected blocks.
+// (`tiles`) on a cache of dtype kv (token_scales: fp8 with per-(token, head)
+// scales): caches that widen exactly do unless widen_bytes is 0 (-1:
+// kDefaultWidenBytes). The bound on the pages: per prefill request r,
+// min(blocks_r, query_len_r x topk x num_kv_heads) distinct selected blocks.
 //   query_lens, blocks: [requests] of the prefill requests, from first_request on
 inline WidenChoice choose_widen(DType kv, bool token_scales, bool tiles, std::int64_t widen_bytes, int num_kv_heads,
                                 int topk, std::int32_t first_request, const std::vector<std::int32_t>& query_lens,
                                 const std::vector<std::int32_t>& blocks) {
   WidenChoice c;
-  if (!tiles || widen_bytes == 0 || num_kv_heads <= 0 || !widens_exactly(kv, token_scales)) return c;
+  if (!tiles || widen_bytes == 0 || num_kv_heads <= 0 || !widens_exactly(kv)) return c;
+  const bool scales = token_scales && kv != DType::nvfp4;
   std::int64_t bound = 0;
   std::int32_t cap = 0;
   for (std::size_t r = 0; r < query_lens.size() && r < blocks.size(); ++r) {
@@ -71,13 +78,15 @@ inline WidenChoice choose_widen(DType kv, bool token_scales, bool tiles, std::in
     bound += std::min<std::int64_t>(blocks[r], std::int64_t(query_lens[r]) * topk * num_kv_heads);
     cap = std::max(cap, blocks[r]);
   }
-  const std::int64_t limit = (widen_bytes < 0 ? kDefaultWidenBytes : widen_bytes) / (kWidenHeadBytes * num_kv_heads);
+  const std::int64_t head_bytes = kWidenHeadBytes + (scales ? kWidenScaleBytes : 0);
+  const std::int64_t limit = (widen_bytes < 0 ? kDefaultWidenBytes : widen_bytes) / (head_bytes * num_kv_heads);
   c.pages = std::min(bound, limit);
   if (c.pages <= 0) return WidenChoice{};
   c.gated = bound > c.pages;
   c.first_request = first_request;
   c.requests = std::int32_t(query_lens.size());
   c.block_cap = cap;
+  c.scales = scales;
   return c;
 }
 
@@ -89,6 +98,7 @@ inline WidenChoice plan_widen_choice(const AttentionPlan& plan) {
   c.first_request = plan.widen_first_request;
   c.requests = plan.widen_requests;
   c.block_cap = plan.widen_block_cap;
+  c.scales = c.pages > 0 && plan.shape.kv_token_scales && plan.shape.kv_dtype != DType::nvfp4;
   return c;
 }
 
@@ -102,16 +112,17 @@ inline WidenChoice plan_widen_choice(const AttentionPlan& plan) {
 //    one fill of 0xff resets the prefill rows of the table through the claims;
 //  - items: int32 [pages x num_kv_heads][4] request, block, KV head, cache page of each triple;
 //  - gates: int64 [2] tiles of the widened and the on-the-fly kernel (gated steps);
-//  - k, v: [pages][num_kv_heads][128][128] 16-bit MMA type.
+//  - k, v: [pages][num_kv_heads][128][128] 16-bit MMA type;
+//  - scales (c.scales): float [pages][num_kv_heads][2 (K, V)][128].
 struct WidenLayout {
   std::size_t table_offset = 0, counters_offset = 0, claims_offset = 0, fill_offset = 0, fill_bytes = 0,
-              items_offset = 0, gates_offset = 0, k_offset = 0, v_offset = 0, end = 0;
+              items_offset = 0, gates_offset = 0, k_offset = 0, v_offset = 0, scales_offset = 0, end = 0;
 };
 inline WidenLayout widen_layout(std::size_t offset, const WidenChoice& c, int num_kv_heads) {
   auto align = [](std::size_t x, std::size_t a) { return (x + a - 1) / a * a; };
   WidenLayout l;
   l.table_offset = l.counters_offset = l.claims_offset = l.fill_offset = l.items_offset = l.gates_offset =
-      l.k_offset = l.v_offset = l.end = offset;
+      l.k_offset = l.v_offset = l.scales_offset = l.end = offset;
   if (c.pages <= 0) return l;
   const std::size_t cap = std::size_t(c.block_cap), heads = std::size_t(num_kv_heads);
   l.table_offset = align(offset, 256);
@@ -125,7 +136,8 @@ inline WidenLayout widen_layout(std::size_t offset, const WidenChoice& c, int nu
   l.k_offset = align(l.gates_offset + 16, 1024);
   const std::size_t plane = std::size_t(c.pages) * heads * std::size_t(kWidenHeadBytes / 2);
   l.v_offset = l.k_offset + plane;
-  l.end = l.v_offset + plane;
+  l.scales_offset = l.v_offset + plane;
+  l.end = l.scales_offset + (c.scales ? std::size_t(c.pages) * heads * std::size_t(kWidenScaleBytes) : 0);
   return l;
 }
 
