@@ -494,9 +494,9 @@ void run_case(const Case& c) {
   if (c.widen_spare_pages) {
     const std::int64_t pages = selected_blocks(meta, topk, c.kv_heads, c.topk).pairs + *c.widen_spare_pages;
     ASSERT_GT(pages, 0) << "a step that selects too few blocks to test";
-    const bool scales = d.shape.kv_token_scales && c.kv != DType::nvfp4;  // (the pages' per-token scales)
-    d.shape.widen_bytes = pages * c.kv_heads *
-                          (msa::cuda::attention::kWidenHeadBytes + (scales ? msa::cuda::attention::kWidenScaleBytes : 0));
+    namespace att = msa::cuda::attention;
+    d.shape.widen_bytes =
+        pages * c.kv_heads * att::widen_head_bytes(att::widen_scales(c.kv, d.shape.kv_token_scales));
   }
   Planned p = c.force_tiles ? make_tiles_plan(meta, d.shape) : make_plan(meta, d.shape);
   if (c.widen_spare_pages) {

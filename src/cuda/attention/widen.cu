@@ -268,7 +268,7 @@ void widen_ahead(const AttendParams& p, const WidenArea& a, DType kv, cudaStream
   m.gates = a.choice.gated ? a.gates() : nullptr;
   m.k = a.k();
   m.v = a.v();
-  m.scales = a.choice.scales && p.k_scales != nullptr ? a.scales() : nullptr;
+  m.scales = a.token_scales(p);
   m.pages = a.choice.pages;
   m.first_request = a.choice.first_request;
   m.requests = a.choice.requests;
@@ -301,7 +301,7 @@ AttendParams widened_params(const AttendParams& p, const WidenArea& a) {
   w.page_stride = std::int64_t(a.num_kv_heads) * w.head_stride;
   w.token_stride = kDim;
   w.num_pages = a.choice.pages;
-  w.k_scales = a.choice.scales && p.k_scales != nullptr ? a.scales() : nullptr;
+  w.k_scales = a.token_scales(p);
   w.v_scales = nullptr;
   w.table = a.table();
   w.table_stride = a.choice.block_cap;

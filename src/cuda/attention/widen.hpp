@@ -31,6 +31,10 @@ struct WidenArea {
   unsigned char* k() const { return base + layout.k_offset; }
   unsigned char* v() const { return base + layout.v_offset; }
   float* scales() const { return reinterpret_cast<float*>(base + layout.scales_offset); }  // (choice.scales)
+  // The pages' scales for a step whose cache has per-token scales (p.k_scales), else null.
+  float* token_scales(const AttendParams& p) const {
+    return choice.scales && p.k_scales != nullptr ? scales() : nullptr;
+  }
 };
 
 // The plan's region; throws msa::Error when the step is not the one the plan

@@ -33,6 +33,13 @@ inline constexpr std::int64_t kWidenHeadBytes = 2 * 128 * 128 * 2;
 // Bytes of one page's per-token scales per KV head (fp8 with per-(token,
 // head) scales): float [2 (K, V)][128 keys].
 inline constexpr std::int64_t kWidenScaleBytes = 2 * 128 * 4;
+
+// Whether widened pages carry per-token scales: fp8 caches with per-(token,
+// head) scales (nvfp4 has none).
+inline bool widen_scales(DType kv, bool token_scales) { return token_scales && is_fp8(kv); }
+
+// Bytes of one widened page per KV head, with its scales when it has them.
+inline std::int64_t widen_head_bytes(bool scales) { return kWidenHeadBytes + (scales ? kWidenScaleBytes : 0); }
 // The region's default size limit (AttentionShape::widen_bytes = -1).
 inline constexpr std::int64_t kDefaultWidenBytes = std::int64_t(1) << 30;
 
@@ -55,9 +62,7 @@ struct WidenChoice {
 // rounded: measured, lse off by 3.8e-3-4.4e-3 against the float64 oracle,
 // beyond the contract's 1e-3); the pages carry them beside the codes, and the
 // tiles apply them to fp32 scores and probabilities (WidenChoice::scales).
-inline bool widens_exactly(DType kv) {
-  return kv == DType::nvfp4 || kv == DType::fp8_e4m3 || kv == DType::fp8_e5m2;
-}
+inline bool widens_exactly(DType kv) { return kv == DType::nvfp4 || is_fp8(kv); }
 
 // The choice for a step whose prefill rows run as wgmma token tiles
 // (`tiles`) on a cache of dtype kv (token_scales: fp8 with per-(token, head)
@@ -70,7 +75,7 @@ inline WidenChoice choose_widen(DType kv, bool token_scales, bool tiles, std::in
                                 const std::vector<std::int32_t>& blocks) {
   WidenChoice c;
   if (!tiles || widen_bytes == 0 || num_kv_heads <= 0 || !widens_exactly(kv)) return c;
-  const bool scales = token_scales && kv != DType::nvfp4;
+  const bool scales = widen_scales(kv, token_scales);
   std::int64_t bound = 0;
   std::int32_t cap = 0;
   for (std::size_t r = 0; r < query_lens.size() && r < blocks.size(); ++r) {
@@ -78,8 +83,8 @@ inline WidenChoice choose_widen(DType kv, bool token_scales, bool tiles, std::in
     bound += std::min<std::int64_t>(blocks[r], std::int64_t(query_lens[r]) * topk * num_kv_heads);
     cap = std::max(cap, blocks[r]);
   }
-  const std::int64_t head_bytes = kWidenHeadBytes + (scales ? kWidenScaleBytes : 0);
-  const std::int64_t limit = (widen_bytes < 0 ? kDefaultWidenBytes : widen_bytes) / (head_bytes * num_kv_heads);
+  const std::int64_t limit =
+      (widen_bytes < 0 ? kDefaultWidenBytes : widen_bytes) / (widen_head_bytes(scales) * num_kv_heads);
   c.pages = std::min(bound, limit);
   if (c.pages <= 0) return WidenChoice{};
   c.gated = bound > c.pages;
@@ -98,7 +103,7 @@ inline WidenChoice plan_widen_choice(const AttentionPlan& plan) {
   c.first_request = plan.widen_first_request;
   c.requests = plan.widen_requests;
   c.block_cap = plan.widen_block_cap;
-  c.scales = c.pages > 0 && plan.shape.kv_token_scales && plan.shape.kv_dtype != DType::nvfp4;
+  c.scales = c.pages > 0 && widen_scales(plan.shape.kv_dtype, plan.shape.kv_token_scales);
   return c;
 }
 
