@@ -106,51 +106,110 @@ __device__ __forceinline__ void clear_tile_state(float (&o)[64], float (&sc)[64]
   for (int kk = 0; kk < 8; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0;
 }
 
-// The thread's two rows of a tile, normalised by their sums, with their lse;
-// 0 and -inf for rows that attended nothing.
-//   o: [64] output fragment; m, l: the rows' running max (log2) and sum
-//   at: the rows' indices in out / lse, -1: the row is not written
-//   out: [rows, 128] in the output dtype; lse: [rows] natural log, may be null
-__device__ __forceinline__ void write_tile_rows(const AttendParams& p, const Consumer& c, const float (&o)[64],
-                                                const float (&m)[2], const float (&l)[2],
-                                                const std::int64_t (&at)[2], void* out, float* lse) {
+// Where row `row` of a tile goes (-1: nowhere): tokens first .. first + count
+// - 1 of the step's output; key-major, the partials of the tile tokens'
+// (token, slot) edges (the plan list's kToken / kSlot). G divides 64 on the
+// wgmma tiles (use_wgmma_tiles): a power of two.
+template <bool kKeyMajor>
+__device__ __forceinline__ std::int64_t tile_row_target(const AttendParams& p, const unsigned char* list, int first,
+                                                        int count, int head, int row) {
+  const int tok = row >> (__ffs(p.group) - 1), g = row & (p.group - 1);
+  const std::int64_t qh = std::int64_t(head) * p.group + g;
+  if (tok >= count) return -1;
+  if constexpr (kKeyMajor) {
+    const int token = reinterpret_cast<const std::int32_t*>(list + TileList::kToken)[tok];
+    const int slot = reinterpret_cast<const std::int32_t*>(list + TileList::kSlot)[tok];
+    return (std::int64_t(token) * p.num_q_heads + qh) * p.topk_count + slot;
+  } else {
+    return std::int64_t(first + tok) * p.num_q_heads + qh;
+  }
+}
+
+// Where the thread's two rows of a tile go (tile_row_target).
+template <bool kKeyMajor>
+__device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Consumer& c, const unsigned char* list,
+                                                 int first, int count, int head, std::int64_t (&at)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) at[i] = tile_row_target<kKeyMajor>(p, list, first, count, head, c.row0 + 8 * i);
+}
+
+// Staged rows (bf16 / fp16 tiles): each warpgroup's 64 output rows of a tile,
+// normalised, in its half of the tile's Q buffer (free once its last QK is
+// done): row r at 256 r, its 16-byte chunk e (dims 8 e .. 8 e + 7) at
+// 16 (e ^ (r % 8)), so that the quads' 4-byte writes (8 rows per warp
+// instruction) and the 16-byte reads of whole rows are free of bank
+// conflicts; then written out as whole rows, 16 bytes per thread and chunk.
+__device__ __forceinline__ int staged_chunk(int row, int e) { return row * (kDim * 2) + ((e ^ (row & 7)) << 4); }
+
+// The thread's two rows, normalised by their sums (0 for rows that attended
+// nothing), into the warpgroup's staging area (256-byte aligned, so that a
+// chunk's address is the row's, with the swizzle in bits 4-7, XOR its index).
+//   o: [64] output fragment; l: the rows' running sums (the quad's parts)
+__device__ __forceinline__ void stage_tile_rows(const AttendParams& p, const Consumer& c, const float (&o)[64],
+                                                const float (&l)[2], std::uint32_t stage) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float sum = l[i];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if (at[i] < 0) continue;
     const float inv = sum > 0.0f ? p.out_scale / sum : 0.0f;
-    auto* row = static_cast<std::uint16_t*>(out) + at[i] * kDim + c.col;
+    const int row = c.row0 - 64 * c.wg + 8 * i;
+    const std::uint32_t at = stage + std::uint32_t(staged_chunk(row, 0) + 4 * (c.lane & 3));
 #pragma unroll
     for (int e = 0; e < 16; ++e) {
       const float x = o[4 * e + 2 * i] * inv, y = o[4 * e + 2 * i + 1] * inv;
-      *reinterpret_cast<std::uint32_t*>(row + 8 * e) = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
+      const std::uint32_t v = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at ^ std::uint32_t(e << 4)), "r"(v) : "memory");
     }
-    if (lse != nullptr && (c.lane & 3) == 0) lse[at[i]] = sum > 0.0f ? (m[i] + log2f(sum)) * kLn2 : -INFINITY;
   }
 }
 
-// Where the thread's two rows of a tile go: tokens first .. first + count - 1
-// of the step's output; key-major, the partials of the tile tokens' (token,
-// slot) edges (the plan list's kToken / kSlot).
+// The warpgroup's staged rows to their targets (tile_row_target; a split
+// item's share: target x splits + split), 16 bytes per thread and chunk.
+//   out: [rows, 128] 16-bit (the output dtype or the partials')
 template <bool kKeyMajor>
-__device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Consumer& c, unsigned char* list,
-                                                 int first, int count, int head, std::int64_t (&at)[2]) {
+__device__ __forceinline__ void copy_out_rows(const AttendParams& p, const Consumer& c, const unsigned char* stage,
+                                              const unsigned char* list, int first, int count, int head, int split,
+                                              int splits, void* out) {
+  const int t = ((c.row0 - 64 * c.wg) >> 4) * 32 + c.lane;  // the thread in its warpgroup (warp % 4, lane)
+#pragma unroll
+  for (int k = 0; k < 64 * 16 / 128; ++k) {
+    const int q = t + 128 * k, row = q >> 4, e = q & 15;
+    const std::int64_t at = tile_row_target<kKeyMajor>(p, list, first, count, head, 64 * c.wg + row);
+    if (at < 0) continue;
+    const uint4 v = *reinterpret_cast<const uint4*>(stage + staged_chunk(row, e));
+    *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(out) + (at * splits + split) * kDim + 8 * e) = v;
+  }
+}
+
+// The tile's rows out through the warpgroup's half of Q buffer b (stage):
+// free once every warp of the warpgroup is past its last wgmma (the first
+// barrier), the wgmma reads (async proxy) ordered before the stores.
+template <bool kKeyMajor>
+__device__ __forceinline__ void write_staged_tile(const AttendParams& p, const Consumer& c, const float (&o)[64],
+                                                  const float (&l)[2], int b, const unsigned char* list, int first,
+                                                  int count, int head, int split, int splits, void* out) {
+  using W = WgmmaTile;
+  unsigned char* stage = c.smem + W::kQ + b * W::kQBuf + c.wg * W::kQBytes;
+  sm90::fence_proxy_async();
+  sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
+  stage_tile_rows(p, c, o, l, smem_u32(stage));
+  sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
+  copy_out_rows<kKeyMajor>(p, c, stage, list, first, count, head, split, splits, out);
+}
+
+// The thread's two rows' lse (natural log; -inf for rows that attended
+// nothing), by the quads' first lanes.
+//   at: the rows' indices in lse, -1: not written
+__device__ __forceinline__ void write_tile_lse(const Consumer& c, const float (&m)[2], const float (&l)[2],
+                                               const std::int64_t (&at)[2], float* lse) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int row = c.row0 + 8 * i;
-    const int tok = row / p.group, g = row - tok * p.group;
-    const std::int64_t qh = std::int64_t(head) * p.group + g;
-    at[i] = -1;
-    if (tok >= count) continue;
-    if constexpr (kKeyMajor) {
-      const int token = reinterpret_cast<const std::int32_t*>(list + TileList::kToken)[tok];
-      const int slot = reinterpret_cast<const std::int32_t*>(list + TileList::kSlot)[tok];
-      at[i] = (std::int64_t(token) * p.num_q_heads + qh) * p.topk_count + slot;
-    } else {
-      at[i] = std::int64_t(first + tok) * p.num_q_heads + qh;
-    }
+    float sum = l[i];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (at[i] >= 0 && lse != nullptr && (c.lane & 3) == 0)
+      lse[at[i]] = sum > 0.0f ? (m[i] + log2f(sum)) * kLn2 : -INFINITY;
   }
 }
 
@@ -217,10 +276,6 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
       bit[i] = pos[i] >= 0 ? std::uint64_t(1) << tok : 0;
     }
     const std::uint64_t wg_tokens = warpgroup_tokens(c.wg, p.group, count);
-    // Key-major: the rows' edges, read now (the plan buffer goes back to the
-    // planners before the rows are written).
-    std::int64_t at[2];
-    if constexpr (kKeyMajor) tile_row_targets<true>(p, c, c.plan(b) + WgmmaTile::kHeaderBytes, first, count, head, at);
 
     const std::uint32_t q_base = c.q_base(b);
     float o[64], sc[64], m[2], l[2];
@@ -288,20 +343,21 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
       }
       prev_active = active;
     }
-    // The plan buffer (its list and Q rows) is free once every warp is past
-    // its last wgmma; the planners take it for tile j + 2.
-    sm90::fence_proxy_async();
-    if (c.has_tile(j + 2)) sm90::named_barrier_arrive(W::kPlanFree + b, W::kPlanFreeThreads);
     g0 += n;
+    const unsigned char* list = c.plan(b) + W::kHeaderBytes;
+    std::int64_t at[2];
+    tile_row_targets<kKeyMajor>(p, c, list, first, count, head, at);
+    void* out = kKeyMajor ? p.km_partial_out : p.out;
+    int split = 0, splits = 1;
     if constexpr (kKeyMajor) {
-      write_tile_rows(p, c, o, m, l, at, p.km_partial_out, p.km_partial_lse);
+      write_tile_lse(c, m, l, at, p.km_partial_lse);
     } else {
-      tile_row_targets<false>(p, c, nullptr, first, count, head, at);
-      void* out = p.out;
       float* lse = p.lse;
       const TileItem it = tile_item(p, c.first_tile + std::int64_t(j) * c.tile_stride);  // as planned
       if (it.splits > 1) {
         // A split item: the rows' partials of its share.
+        split = it.split;
+        splits = it.splits;
 #pragma unroll
         for (int i = 0; i < 2; ++i)
           if (at[i] >= 0) at[i] = at[i] * it.splits + it.split;
@@ -314,7 +370,19 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
         for (int i = 0; i < 2; ++i)
           if (at[i] >= 0) p.tile_partial_lse[at[i] * p.tile_splits] = __int_as_float(0x7f800000);
       }
-      write_tile_rows(p, c, o, m, l, at, out, lse);
+      write_tile_lse(c, m, l, at, lse);
+    }
+    write_staged_tile<kKeyMajor>(p, c, o, l, b, list, first, count, head, split, splits, out);
+    // The plan buffer (its list and Q rows) goes back to the planners for
+    // tile j + 2 once the rows are out. Each thread's arrive orders its own
+    // reads of the staged rows; the warpgroup's barrier before it is for
+    // compute-sanitizer's racecheck, which reported those reads, issued just
+    // before the arrive, as racing with the planners' first writes (2,288
+    // hazards in ShapeTileSplits; none with the barrier, at the same speed).
+    sm90::fence_proxy_async();
+    if (c.has_tile(j + 2)) {
+      sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
+      sm90::named_barrier_arrive(W::kPlanFree + b, W::kPlanFreeThreads);
     }
   }
 }
@@ -401,7 +469,8 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
   }
   std::int64_t at[2];
   tile_row_targets<false>(p, c, nullptr, first, count, head, at);
-  write_tile_rows(p, c, o, m, l, at, p.out, p.lse);
+  write_tile_lse(c, m, l, at, p.lse);
+  write_staged_tile<false>(p, c, o, l, 0, nullptr, first, count, head, 0, 1, p.out);
 }
 
 }  // namespace msa::cuda::attention

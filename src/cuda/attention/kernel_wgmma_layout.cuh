@@ -50,7 +50,8 @@ struct WgmmaTile {
   static constexpr int kBytes = kScales + kSlots * kSlotScaleBytes + 1024;  // + alignment slack
   // Named barriers: 0 is __syncthreads; warpgroup w waits on kTurn + w for its
   // turn to issue; the producer warpgroup (fp8 widening) syncs on kWidenBar,
-  // the planners on kPlanBar. Plan buffer b is handed over on kPlanFull + b
+  // the planners on kPlanBar; consumer warpgroup w stages its output rows on
+  // kStageBar + w. Plan buffer b is handed over on kPlanFull + b
   // (the planners arrive, the consumers and the first producer warp wait) and
   // handed back on kPlanFree + b (the consumers arrive, the planners wait).
   static constexpr int kTurn = 1;
@@ -58,6 +59,7 @@ struct WgmmaTile {
   static constexpr int kPlanBar = 4;
   static constexpr int kPlanFull = 5;
   static constexpr int kPlanFree = 7;
+  static constexpr int kStageBar = 9;  // + wg: a consumer warpgroup's 128 threads (staged output rows)
   static constexpr int kPlanFullThreads = kThreads;                    // 96 + 256 + 32
   static constexpr int kPlanFreeThreads = kConsumers * 128 + kPlanners;  // 256 + 96
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
