@@ -348,39 +348,40 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     std::int64_t at[2];
     tile_row_targets<kKeyMajor>(p, c, list, first, count, head, at);
     void* out = kKeyMajor ? p.km_partial_out : p.out;
+    float* lse = kKeyMajor ? p.km_partial_lse : p.lse;
     int split = 0, splits = 1;
-    if constexpr (kKeyMajor) {
-      write_tile_lse(c, m, l, at, p.km_partial_lse);
-    } else {
-      float* lse = p.lse;
+    if constexpr (!kKeyMajor) {
       const TileItem it = tile_item(p, c.first_tile + std::int64_t(j) * c.tile_stride);  // as planned
       if (it.splits > 1) {
         // A split item: the rows' partials of its share.
         split = it.split;
         splits = it.splits;
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          if (at[i] >= 0) at[i] = at[i] * it.splits + it.split;
         out = p.tile_partial_out;
         lse = p.tile_partial_lse;
-      } else if (p.tile_splits > 1 && (c.lane & 3) == 0) {
-        // A whole tile of a step whose last tiles split: lse slot 0 of its
-        // rows' partials tells the merge to leave them (+inf, never an lse).
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          if (at[i] >= 0) p.tile_partial_lse[at[i] * p.tile_splits] = __int_as_float(0x7f800000);
       }
-      write_tile_lse(c, m, l, at, lse);
     }
+    // The rows first, then the lse: no global store ahead of the staging's
+    // proxy fence.
     write_staged_tile<kKeyMajor>(p, c, o, l, b, list, first, count, head, split, splits, out);
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      if (at[i] >= 0) at[i] = at[i] * splits + split;
+    if (!kKeyMajor && splits == 1 && p.tile_splits > 1 && (c.lane & 3) == 0) {
+      // A whole tile of a step whose last tiles split: lse slot 0 of its
+      // rows' partials tells the merge to leave them (+inf, never an lse).
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        if (at[i] >= 0) p.tile_partial_lse[at[i] * p.tile_splits] = __int_as_float(0x7f800000);
+    }
+    write_tile_lse(c, m, l, at, lse);
     // The plan buffer (its list and Q rows) goes back to the planners for
     // tile j + 2 once the rows are out. Each thread's arrive orders its own
     // reads of the staged rows; the warpgroup's barrier before it is for
     // compute-sanitizer's racecheck, which reported those reads, issued just
     // before the arrive, as racing with the planners' first writes (2,288
     // hazards in ShapeTileSplits; none with the barrier, at the same speed).
-    sm90::fence_proxy_async();
     if (c.has_tile(j + 2)) {
+      sm90::fence_proxy_async();
       sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
       sm90::named_barrier_arrive(W::kPlanFree + b, W::kPlanFreeThreads);
     }
@@ -469,8 +470,8 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
   }
   std::int64_t at[2];
   tile_row_targets<false>(p, c, nullptr, first, count, head, at);
-  write_tile_lse(c, m, l, at, p.lse);
   write_staged_tile<false>(p, c, o, l, 0, nullptr, first, count, head, 0, 1, p.out);
+  write_tile_lse(c, m, l, at, p.lse);
 }
 
 }  // namespace msa::cuda::attention
