@@ -39,9 +39,11 @@ struct Consumer {
   __device__ bool has_tile(int j) const { return first_tile + std::int64_t(j) * tile_stride < tile_count; }
   __device__ unsigned char* plan(int b) const { return smem + WgmmaTile::kPlans + b * WgmmaTile::kPlanBytes; }
   __device__ TileEntries entries(int b) const { return list_entries(plan(b) + WgmmaTile::kHeaderBytes); }
-  __device__ std::uint32_t q_base(int b) const {
-    return smem_u32(smem + WgmmaTile::kQ + b * WgmmaTile::kQBuf + wg * WgmmaTile::kQBytes);
+  // The warpgroup's half of Q buffer b (its query rows; then its staged output rows).
+  __device__ unsigned char* q_rows(int b) const {
+    return smem + WgmmaTile::kQ + b * WgmmaTile::kQBuf + wg * WgmmaTile::kQBytes;
   }
+  __device__ std::uint32_t q_base(int b) const { return smem_u32(q_rows(b)); }
 };
 
 // O += P V(slot): P from registers, V an MN-major operand.
@@ -190,7 +192,7 @@ __device__ __forceinline__ void write_staged_tile(const AttendParams& p, const C
                                                   const float (&l)[2], int b, const unsigned char* list, int first,
                                                   int count, int head, int split, int splits, void* out) {
   using W = WgmmaTile;
-  unsigned char* stage = c.smem + W::kQ + b * W::kQBuf + c.wg * W::kQBytes;
+  unsigned char* stage = c.q_rows(b);
   sm90::fence_proxy_async();
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
   stage_tile_rows(p, c, o, l, smem_u32(stage));
