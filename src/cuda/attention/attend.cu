@@ -286,8 +286,10 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     p.tile_count = tiles_ctas;
     KvMaps maps;
     // nvfp4 needs no tensor map: its producer bulk-copies the head-slot runs.
+    // (The wgmma tiles load a bf16 / fp16 query's first tile through its map.)
     if (use_wgmma_tiles(true, group, tokens_per_tile) &&
-        (args.cache.dtype == DType::nvfp4 || make_kv_maps(args.cache, maps))) {
+        (args.cache.dtype == DType::nvfp4 || make_kv_maps(args.cache, maps)) &&
+        make_query_map(args.q, args.q_dtype, step.num_tokens, p.num_q_heads, group, maps)) {
       // A step that may run key-major: the k2q plan and the device's choice
       // first; both kernels launch, the one not chosen exits at once.
       KeyMajorBuffers km;
@@ -313,6 +315,7 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
       if (plan.widen_pages > 0 && widens_exactly(args.cache.dtype)) {
         widen = widen_area(plan, step);
         widened = (!token_scales || widen.choice.scales) && widened_maps(widen, widen_maps);
+        if (widened) widen_maps.q = maps.q;
       }
       // Split tiles (plan.tile_splits > 1, only planned for the persistent
       // kernel of a step that cannot run key-major: bf16 / fp16 caches, or

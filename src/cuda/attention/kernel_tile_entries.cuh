@@ -160,7 +160,7 @@ __device__ __forceinline__ TileItem tile_item(const AttendParams& p, std::int64_
 // splits > 1 (split tiles): only the entries of rank split, split + splits,
 // ... are kept, in order.
 // `after_ids(scalars)` runs on every worker once its ids' loads are issued and
-// before their values are used (the first tile's query rows go out there). It
+// before their values are used (the first tile's lead block is named there). It
 // may name a lead block: one worker writes scalars[TileList::kLeadBlock] (the
 // block, or -1) and scalars[TileList::kLeadPage] (its page, checked by that
 // worker) before the first sync; when

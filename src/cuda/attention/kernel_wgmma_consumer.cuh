@@ -30,13 +30,13 @@ struct Consumer {
   unsigned char* smem;  // the 1024-aligned dynamic shared memory
   WgmmaBars bar;
   std::int64_t first_tile, tile_stride;  // the CTA's tiles: first_tile + j x tile_stride
-  std::int64_t tile_count;               // below this
+  int tiles;                             // how many (j < tiles)
   int wg, lane;
   int row0;  // the thread's rows of the tile: row0 and row0 + 8
   int col;   // the thread's first column of each 8-column group
   std::uint32_t k_base, v_base;
 
-  __device__ bool has_tile(int j) const { return first_tile + std::int64_t(j) * tile_stride < tile_count; }
+  __device__ bool has_tile(int j) const { return j < tiles; }
   __device__ unsigned char* plan(int b) const { return smem + WgmmaTile::kPlans + b * WgmmaTile::kPlanBytes; }
   __device__ TileEntries entries(int b) const { return list_entries(plan(b) + WgmmaTile::kHeaderBytes); }
   // The warpgroup's half of Q buffer b (its query rows; then its staged output rows).

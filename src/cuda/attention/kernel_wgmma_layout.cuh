@@ -37,7 +37,7 @@ struct WgmmaTile {
   static constexpr int kK = kQ + 2 * kQBuf;                // [kSlots][2][128][64]
   static constexpr int kV = kK + kSlots * kPlaneBytes;     // [kSlots][2][128][64]
   // uint64 mbarriers: full K [2], full V [2], empty K [2], empty V [2], tail,
-  // raw K [2], raw V [2] (fp8)
+  // raw K [2], raw V [2] (fp8), the first tile's query rows (TMA)
   static constexpr int kBars = kV + kSlots * kPlaneBytes;
   // Plan buffers [2]: the tile's header (int32 [8], PlanHeader) then its TileList.
   static constexpr int kPlans = kBars + 256;
@@ -112,6 +112,7 @@ struct WgmmaBars {
   __device__ std::uint32_t tail() const { return base + 64u; }  // bf16 / fp16: the tail V tile's own load
   __device__ std::uint32_t raw_k(int s) const { return base + 8u * std::uint32_t(9 + s); }    // fp8 K bytes landed
   __device__ std::uint32_t raw_v(int s) const { return base + 8u * std::uint32_t(11 + s); }   // fp8 V bytes landed
+  __device__ std::uint32_t q_rows() const { return base + 104u; }  // the first tile's query rows landed (TMA)
 };
 
 // Slot and phase parity of the CTA's g-th streamed block (counted over its tiles).

@@ -27,8 +27,7 @@ __device__ __forceinline__ int wgmma_q_offset(int row, int c) {
 // for tok < count, zero past count. kWorkers threads (w in [0, kWorkers))
 // share the 16-byte chunks: copied by cp.async when the query already is the
 // MMA type (every chunk in flight at once), else converted through registers.
-// kNoWait: the copies are left in flight (the caller waits: cp_async_wait).
-template <bool kF16, int kWorkers, class TokenOf, bool kNoWait = false>
+template <bool kF16, int kWorkers, class TokenOf>
 __device__ __forceinline__ void stage_q_rows(const AttendParams& p, unsigned char* q, int count, int head,
                                              TokenOf token_of, int w) {
   constexpr int kChunks = kTileRows * 16;  // 16-byte chunks of 8 elements
@@ -48,7 +47,7 @@ __device__ __forceinline__ void stage_q_rows(const AttendParams& p, unsigned cha
       cp_async16_zfill(base + std::uint32_t(wgmma_q_offset(row, c)), src, at >= 0 ? 16 : 0);
     }
     cp_async_commit();
-    if (!kNoWait) cp_async_wait<0>();
+    cp_async_wait<0>();
     return;
   }
 #pragma unroll 2
@@ -58,6 +57,26 @@ __device__ __forceinline__ void stage_q_rows(const AttendParams& p, unsigned cha
     const uint4 v = at >= 0 ? load_query_chunk<kF16>(p, at) : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint4*>(q + wgmma_q_offset(row, c)) = v;
   }
+}
+
+// A tile's query rows by TMA (make_query_map's map, rows token-major): one
+// box of 64 dims x G heads x 64 / G tokens per warpgroup and half of the dims,
+// each landing as that half of the warpgroup's 64 rows in the layout of
+// wgmma_q_offset; the barrier completes on their 32 KiB. Rows past the tile's
+// tokens hold the next tokens' rows, or zeros past the step's: they attend
+// nothing (their scores are masked) and are never written out.
+//   q: a Q buffer (1 KiB aligned)
+__device__ __forceinline__ void load_q_rows(const CUtensorMap& map, unsigned char* q, std::uint32_t bar, int first,
+                                            int head, int group) {
+  using W = WgmmaTile;
+  sm90::mbar_arrive_expect_tx(bar, W::kQBuf);
+  const int tokens = 64 / group;  // per warpgroup
+#pragma unroll
+  for (int wg = 0; wg < W::kConsumers; ++wg)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      sm90::tma_load_3d(smem_u32(q + wg * W::kQBytes + half * W::kQAtomBytes), &map, bar, 64 * half, head * group,
+                        first + wg * tokens);
 }
 
 // Writes a plan header.
@@ -83,16 +102,20 @@ __device__ __forceinline__ void write_plan_header(std::int32_t* header, int requ
 // wait for the rows).
 // The planners of later tiles build the union in Q buffer b, where the rows
 // then overwrite its scratch. The whole CTA planning its first tile (kWorkers
-// = WgmmaTile::kThreads) builds it in the other Q buffer, so that the rows go
-// out as soon as the ids have (when the query is the MMA type); and worker
-// kLeadWorker names the tile's last block, the block of its last position, as
+// = WgmmaTile::kThreads) builds it in the other Q buffer, so that the rows
+// can land while it is built: when the query is the MMA type (the host then
+// always passes its map, make_query_map), worker kLeadWorker issues their TMA
+// loads as soon as the tile is known (`rows_load(q, first, head)`: load_q_rows
+// on the kernel's q_rows barrier, phase 0). That worker also
+// names the tile's last block, the block of its last position, as
 // the lead block (entry 0 of the union) when its page is good and the item is
 // a whole tile: `lead_load(page, head)` starts its K load and says whether it
 // did (false: no lead block), before the union is built.
 inline constexpr int kLeadWorker = WgmmaTile::kProducerWarp * 32;
-template <bool kF16, int kWorkers, class Sync, class AfterUnion, class LeadLoad>
+template <bool kF16, int kWorkers, class Sync, class AfterUnion, class LeadLoad, class RowsLoad>
 __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t item, unsigned char* smem, int b,
-                                          int w, int lane, Sync sync, AfterUnion after_union, LeadLoad lead_load) {
+                                          int w, int lane, Sync sync, AfterUnion after_union, LeadLoad lead_load,
+                                          RowsLoad rows_load) {
   using W = WgmmaTile;
   static_assert(kWorkers >= kTileMaxTokens, "a worker per tile token");
   constexpr bool kFirst = kWorkers == W::kThreads;
@@ -106,6 +129,8 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
   unsigned char* scratch = kFirst ? smem + W::kQ + (1 - b) * W::kQBuf : q;
   auto* header = reinterpret_cast<std::int32_t*>(plan);
   auto* pos = reinterpret_cast<std::int32_t*>(list + TileList::kPos);
+  const bool tma_rows = kFirst && t.count > 0 && p.q_kind == (kF16 ? kQueryFp16 : kQueryBf16);
+  if (tma_rows && w == kLeadWorker) rows_load(q, t.first, t.head);
   if (w < t.count) pos[w] = token_position(t.first + w, t.seq, t.q0, t.q1);
   sync();
   auto token_of = [&](int tok) { return t.first + tok; };
@@ -114,7 +139,6 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
     for (int tok = 0; tok < t.count; ++tok) max_pos = max(max_pos, pos[tok]);
     return max_pos;
   };
-  const bool early_rows = kFirst && t.count > 0 && p.q_kind == (kF16 ? kQueryFp16 : kQueryBf16);
   auto after_ids = [&](int* scalars) {
     if (kFirst && w == kLeadWorker) {
       // The lead block: the block of the tile's last position, if its page is good.
@@ -130,7 +154,6 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
     } else if (!kFirst && w == 0) {
       scalars[TileList::kLeadBlock] = -1;
     }
-    if (early_rows) stage_q_rows<kF16, kWorkers, decltype(token_of), true>(p, q, t.count, t.head, token_of, w);
   };
   const int n = t.request >= 0 ? build_union_with<kWorkers>(p, t, scratch, list, w, sync, after_ids, split, splits)
                                : 0;
@@ -139,10 +162,11 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
     header[PlanHeader::kSplit] = split;
   }
   after_union(n, t.head, list);
-  // The rows: the first tile's are in flight already; later tiles' go over
-  // the union's scratch (every planner is past it: the builder ends with a sync).
-  if (early_rows)
-    cp_async_wait<0>();
+  // The rows: the first tile's TMA loads are in flight already; otherwise
+  // they go over the union's scratch (every planner is past it: the builder
+  // ends with a sync).
+  if (tma_rows)
+    sm90::mbar_wait(WgmmaBars{smem_u32(smem + W::kBars)}.q_rows(), 0);
   else if (t.count > 0)
     stage_q_rows<kF16, kWorkers>(p, q, t.count, t.head, token_of, w);
   sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)

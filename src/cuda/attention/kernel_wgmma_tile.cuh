@@ -7,7 +7,7 @@
 //  - The CTA is persistent for bf16 / fp16 caches (one per SM, tiles
 //    blockIdx.x, blockIdx.x + gridDim.x, ...) and takes one tile for fp8 / nvfp4.
 //  - The whole CTA plans its first tile (plan_tile: the tile lookup, the union
-//    list, the query rows, which go out with the top-k ids; bf16 / fp16: the
+//    list, the query rows, by TMA as soon as the tile is known; bf16 / fp16: the
 //    K tile of the block of the tile's last position, the "lead block", goes
 //    out before the union is built, and that block is the union's entry 0);
 //    then three warps of the producer warpgroup plan
@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "cuda/attention/kernel.cuh"
@@ -77,15 +78,21 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   // (gated by the device's choice in a step that may run key-major).
   const std::int64_t tile_count = p.tile_gate != nullptr ? min(p.tile_count, *p.tile_gate) : p.tile_count;
   const std::int64_t first_tile = blockIdx.x, stride = gridDim.x;
+  // How many of them (the launch keeps tile numbers below 2^31).
+  const unsigned left = unsigned(min(tile_count - first_tile, std::int64_t(0x7fffffff)));
+  const int tiles = tile_count > first_tile ? int((left + unsigned(stride) - 1u) / unsigned(stride)) : 0;
   auto tile_number = [&](int j) { return first_tile + std::int64_t(j) * stride; };
-  auto has_tile = [&](int j) { return tile_number(j) < tile_count; };
+  auto has_tile = [&](int j) { return j < tiles; };
   if (!has_tile(0)) return;
   auto plan = [&](int j, int b, int w, int lane, auto sync, auto workers, auto after_union, auto lead_load) {
     constexpr int kWorkers = decltype(workers)::value;
     if constexpr (kKeyMajor)
       plan_item<kF16, kWorkers>(p, tile_number(j), smem, b, w, sync);
     else
-      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync, after_union, lead_load);
+      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync, after_union, lead_load,
+                                [&](unsigned char* q, int first, int head) {
+                                  load_q_rows(maps.q, q, bar.q_rows(), first, head, p.group);
+                                });
   };
   auto no_lead = [](int, int) { return false; };
   auto plan_at = [&](int j) { return smem + W::kPlans + plan_buffer(j) * W::kPlanBytes; };
@@ -103,13 +110,16 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       sm90::mbar_init(bar.raw_v(s), 1);
     }
     sm90::mbar_init(bar.tail(), 1);
+    sm90::mbar_init(bar.q_rows(), 1);
     sm90::mbar_init_fence();
   }
-  // Tile 0: the whole CTA plans it (there is nothing to overlap yet). With
-  // bf16 / fp16 caches the streaming warp's lane 0 (kLeadWorker) starts the
-  // lead block's K load before the union is built, and the K load of the
-  // union's next block (entry 1 after a lead block, else entry 0) once the
-  // union is listed.
+  // Tile 0: the whole CTA plans it (there is nothing to overlap yet). Its
+  // query rows come by TMA when the query is the MMA type (maps.q), issued by
+  // kLeadWorker (the thread that initialised the barriers) once the tile is
+  // known. With bf16 / fp16 caches that thread (the streaming warp's lane 0)
+  // also starts the lead block's K load before the union is built, and the K
+  // load of the union's next block (entry 1 after a lead block, else entry 0)
+  // once the union is listed.
   int k_issued = 0;  // (the streaming warp)
   plan(0, plan_buffer(0), tid, lane, [] { __syncthreads(); }, std::integral_constant<int, W::kThreads>{},
        [&](int n, int head, unsigned char* list) {
@@ -175,7 +185,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   // descriptors, the barrier ids) then lives in uniform registers (measured
   // 3% faster on 16K-token chunks than the per-thread value).
   const int wg = sm90::warp_uniform(warp >> 2);
-  const Consumer c{smem,       bar,  first_tile, stride, tile_count, wg, lane, 64 * wg + 16 * (warp & 3) + (lane >> 2),
+  const Consumer c{smem,       bar,  first_tile, stride, tiles, wg, lane, 64 * wg + 16 * (warp & 3) + (lane >> 2),
                    2 * (lane & 3), smem_u32(smem + W::kK), smem_u32(smem + W::kV)};
   // The turn to issue starts with warpgroup 0.
   if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kTurnPeers);
@@ -207,6 +217,8 @@ void prepare_attend_wgmma_tiles() {
 template <KvKind kKind, bool kF16, bool kScaled>
 void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaStream_t stream) {
   prepare_attend_wgmma_tiles<kKind, kF16, kScaled>();
+  MSA_CHECK(p.tile_count <= std::numeric_limits<std::int32_t>::max(), "attend: ", p.tile_count,
+            " token tiles exceed the kernel's limit of 2^31 - 1");
   std::int64_t ctas = p.tile_count;
   if constexpr (kKind == KvKind::half) {
     ctas = std::min<std::int64_t>(ctas, std::max(device_sm_count(), 1));
@@ -228,6 +240,8 @@ void prepare_attend_key_major() {
 template <bool kF16>
 void launch_attend_key_major(const AttendParams& p, const KvMaps& maps, cudaStream_t stream) {
   prepare_attend_key_major<kF16>();
+  MSA_CHECK(p.tile_count <= std::numeric_limits<std::int32_t>::max(), "attend: ", p.tile_count,
+            " key-major work items exceed the kernel's limit of 2^31 - 1");
   const std::int64_t ctas = std::min<std::int64_t>(p.tile_count, std::max(device_sm_count(), 1));
   if (ctas <= 0) return;
   attend_wgmma_tile_kernel<KvKind::half, kF16, true>

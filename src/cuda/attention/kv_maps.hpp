@@ -4,11 +4,16 @@
 // in ascending stride order. bf16 / fp16: a box is 64 dims x 128 tokens of one
 // (page, head), written to shared memory with the 128-byte swizzle. fp8: a box
 // is the whole 128 x 128-byte tile, unswizzled (the kernel widens it).
+// The same struct carries the map of the step's query rows (make_query_map),
+// through which the kernel loads a CTA's first tile of rows.
 #pragma once
 
 #include <cuda.h>
 
+#include <cstdint>
+
 #include "msa/cache.hpp"
+#include "msa/dtype.hpp"
 
 namespace msa::cuda::attention {
 
@@ -18,11 +23,24 @@ struct KvMaps {
   int token_dim = 1;  // map dimension of the token-in-page axis (1..3)
   int head_dim = 2;   // of the KV-head axis
   int page_dim = 3;   // of the page axis
+  CUtensorMap q;      // the query rows (make_query_map)
 };
 
 // Encodes the maps of a bf16 / fp16 / fp8 cache; false when the driver cannot (no
 // entry point, or a layout the TMA does not take), and the caller falls back
 // to the kernels that need no tensor map.
 bool make_kv_maps(const KVCacheView& cache, KvMaps& maps);
+
+// Encodes maps.q over a bf16 / fp16 query [num_tokens, num_q_heads, 128]
+// (16-byte aligned): 3-D, dimension 0 the head dims, 1 the query heads, 2 the
+// tokens; a box is 64 dims x `group` heads (one KV head's) x 64 / group tokens,
+// i.e. 64 tile rows (token-major), written to shared memory with the 128-byte
+// swizzle, as wgmma reads a warpgroup's half of the Q tile. True when done or
+// not needed (fp8 queries, which the kernel converts); false when a bf16 /
+// fp16 query cannot be mapped (a group that does not divide 64, or a driver
+// that cannot encode it): the wgmma tiles then do not run, since they load
+// such a query's first tile through the map.
+bool make_query_map(const void* q, DType q_dtype, std::int64_t num_tokens, int num_q_heads, int group,
+                    KvMaps& maps);
 
 }  // namespace msa::cuda::attention

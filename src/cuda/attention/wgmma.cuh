@@ -148,6 +148,16 @@ __device__ __forceinline__ void tma_load_4d(std::uint32_t dst, const void* map, 
       : "memory");
 }
 
+// As tma_load_4d for a 3-D tensor map.
+__device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, std::uint32_t bar, int c0,
+                                            int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 // Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
 // src to shared dst; completes `bytes` of the mbarrier's transaction count.
 __device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes,
