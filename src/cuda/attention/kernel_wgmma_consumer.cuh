@@ -143,18 +143,27 @@ __device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Co
 // conflicts; then written out as whole rows, 16 bytes per thread and chunk.
 __device__ __forceinline__ int staged_chunk(int row, int e) { return row * (kDim * 2) + ((e ^ (row & 7)) << 4); }
 
+// The thread's two rows' sums: the quad's parts of each added up.
+//   l: the rows' running sums (the thread's part); sum: the rows' sums
+__device__ __forceinline__ void row_sums(const float (&l)[2], float (&sum)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    sum[i] = l[i];
+    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+    sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+  }
+}
+
 // The thread's two rows, normalised by their sums (0 for rows that attended
 // nothing), into the warpgroup's staging area (256-byte aligned, so that a
 // chunk's address is the row's, with the swizzle in bits 4-7, XOR its index).
-//   o: [64] output fragment; l: the rows' running sums (the quad's parts)
+// (The fast division's 2-ulp error is far below the 16-bit output's rounding.)
+//   o: [64] output fragment; sum: the rows' sums (row_sums)
 __device__ __forceinline__ void stage_tile_rows(const AttendParams& p, const Consumer& c, const float (&o)[64],
-                                                const float (&l)[2], std::uint32_t stage) {
+                                                const float (&sum)[2], std::uint32_t stage) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float sum = l[i];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const float inv = sum > 0.0f ? p.out_scale / sum : 0.0f;
+    const float inv = sum[i] > 0.0f ? __fdividef(p.out_scale, sum[i]) : 0.0f;
     const int row = c.row0 - 64 * c.wg + 8 * i;
     const std::uint32_t at = stage + std::uint32_t(staged_chunk(row, 0) + 4 * (c.lane & 3));
 #pragma unroll
@@ -169,49 +178,65 @@ __device__ __forceinline__ void stage_tile_rows(const AttendParams& p, const Con
 // The warpgroup's staged rows to their targets (tile_row_target; a split
 // item's share: target x splits + split), 16 bytes per thread and chunk.
 //   out: [rows, 128] 16-bit (the output dtype or the partials')
+// Thread t of the warpgroup copies chunk t % 16 of rows t / 16 + 8 k. Token
+// rows (query-major) step from one 64-bit base by 32-bit offsets: row
+// tok x G + g goes to (first + tok, head x G + g), tok < 64.
 template <bool kKeyMajor>
 __device__ __forceinline__ void copy_out_rows(const AttendParams& p, const Consumer& c, const unsigned char* stage,
                                               const unsigned char* list, int first, int count, int head, int split,
                                               int splits, void* out) {
   const int t = ((c.row0 - 64 * c.wg) >> 4) * 32 + c.lane;  // the thread in its warpgroup (warp % 4, lane)
+  const int e = t & 15;
+  auto* base = static_cast<std::uint16_t*>(out) + 8 * e;
+  if constexpr (!kKeyMajor)
+    base += ((std::int64_t(first) * p.num_q_heads + std::int64_t(head) * p.group) * splits + split) * kDim;
+  const int shift = __ffs(p.group) - 1;
 #pragma unroll
   for (int k = 0; k < 64 * 16 / 128; ++k) {
-    const int q = t + 128 * k, row = q >> 4, e = q & 15;
-    const std::int64_t at = tile_row_target<kKeyMajor>(p, list, first, count, head, 64 * c.wg + row);
-    if (at < 0) continue;
+    const int row = (t >> 4) + 8 * k;  // in the warpgroup's 64
+    std::int64_t at;
+    if constexpr (kKeyMajor) {
+      at = tile_row_target<true>(p, list, first, count, head, 64 * c.wg + row);
+      if (at < 0) continue;
+      at = (at * splits + split) * kDim;
+    } else {
+      const int tile_row = 64 * c.wg + row, tok = tile_row >> shift, g = tile_row & (p.group - 1);
+      if (tok >= count) continue;
+      at = (tok * p.num_q_heads + g) * splits * kDim;
+    }
     const uint4 v = *reinterpret_cast<const uint4*>(stage + staged_chunk(row, e));
-    *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(out) + (at * splits + split) * kDim + 8 * e) = v;
+    *reinterpret_cast<uint4*>(base + at) = v;
   }
 }
 
 // The tile's rows out through the warpgroup's half of Q buffer b (stage):
 // free once every warp of the warpgroup is past its last wgmma (the first
 // barrier), the wgmma reads (async proxy) ordered before the stores.
+//   sum: the rows' sums (row_sums)
 template <bool kKeyMajor>
 __device__ __forceinline__ void write_staged_tile(const AttendParams& p, const Consumer& c, const float (&o)[64],
-                                                  const float (&l)[2], int b, const unsigned char* list, int first,
+                                                  const float (&sum)[2], int b, const unsigned char* list, int first,
                                                   int count, int head, int split, int splits, void* out) {
   using W = WgmmaTile;
   unsigned char* stage = c.q_rows(b);
   sm90::fence_proxy_async();
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
-  stage_tile_rows(p, c, o, l, smem_u32(stage));
+  stage_tile_rows(p, c, o, sum, smem_u32(stage));
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
   copy_out_rows<kKeyMajor>(p, c, stage, list, first, count, head, split, splits, out);
 }
 
 // The thread's two rows' lse (natural log; -inf for rows that attended
-// nothing), by the quads' first lanes.
-//   at: the rows' indices in lse, -1: not written
-__device__ __forceinline__ void write_tile_lse(const Consumer& c, const float (&m)[2], const float (&l)[2],
+// nothing), by the quads' first lanes. A positive sum is at least 1 (the
+// row's max is within kRescaleSlack of m), where the fast log2's error is
+// below 2^-22.
+//   sum: the rows' sums (row_sums); at: the rows' indices in lse, -1: not written
+__device__ __forceinline__ void write_tile_lse(const Consumer& c, const float (&m)[2], const float (&sum)[2],
                                                const std::int64_t (&at)[2], float* lse) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    float sum = l[i];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     if (at[i] >= 0 && lse != nullptr && (c.lane & 3) == 0)
-      lse[at[i]] = sum > 0.0f ? (m[i] + log2f(sum)) * kLn2 : -INFINITY;
+      lse[at[i]] = sum[i] > 0.0f ? (m[i] + __log2f(sum[i])) * kLn2 : -INFINITY;
   }
 }
 
@@ -364,7 +389,9 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     }
     // The rows first, then the lse: no global store ahead of the staging's
     // proxy fence.
-    write_staged_tile<kKeyMajor>(p, c, o, l, b, list, first, count, head, split, splits, out);
+    float sum[2];
+    row_sums(l, sum);
+    write_staged_tile<kKeyMajor>(p, c, o, sum, b, list, first, count, head, split, splits, out);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
       if (at[i] >= 0) at[i] = at[i] * splits + split;
@@ -375,7 +402,7 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
       for (int i = 0; i < 2; ++i)
         if (at[i] >= 0) p.tile_partial_lse[at[i] * p.tile_splits] = __int_as_float(0x7f800000);
     }
-    write_tile_lse(c, m, l, at, lse);
+    write_tile_lse(c, m, sum, at, lse);
     // The plan buffer (its list and Q rows) goes back to the planners for
     // tile j + 2 once the rows are out. Each thread's arrive orders its own
     // reads of the staged rows; the warpgroup's barrier before it is for
@@ -472,8 +499,10 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
   }
   std::int64_t at[2];
   tile_row_targets<false>(p, c, nullptr, first, count, head, at);
-  write_staged_tile<false>(p, c, o, l, 0, nullptr, first, count, head, 0, 1, p.out);
-  write_tile_lse(c, m, l, at, p.lse);
+  float sum[2];
+  row_sums(l, sum);
+  write_staged_tile<false>(p, c, o, sum, 0, nullptr, first, count, head, 0, 1, p.out);
+  write_tile_lse(c, m, sum, at, p.lse);
 }
 
 }  // namespace msa::cuda::attention
