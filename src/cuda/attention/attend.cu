@@ -290,6 +290,8 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     if (use_wgmma_tiles(true, group, tokens_per_tile) &&
         (args.cache.dtype == DType::nvfp4 || make_kv_maps(args.cache, maps)) &&
         make_query_map(args.q, args.q_dtype, step.num_tokens, p.num_q_heads, group, maps)) {
+      // Whole warpgroups of output rows go out by TMA where the output can be mapped.
+      make_output_map(args.out, args.out_dtype, step.num_tokens, p.num_q_heads, group, maps);
       // A step that may run key-major: the k2q plan and the device's choice
       // first; both kernels launch, the one not chosen exits at once.
       KeyMajorBuffers km;
@@ -315,7 +317,11 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
       if (plan.widen_pages > 0 && widens_exactly(args.cache.dtype)) {
         widen = widen_area(plan, step);
         widened = (!token_scales || widen.choice.scales) && widened_maps(widen, widen_maps);
-        if (widened) widen_maps.q = maps.q;
+        if (widened) {
+          widen_maps.q = maps.q;
+          widen_maps.out = maps.out;
+          widen_maps.has_out = maps.has_out;
+        }
       }
       // Split tiles (plan.tile_splits > 1, only planned for the persistent
       // kernel of a step that cannot run key-major: bf16 / fp16 caches, or

@@ -20,7 +20,9 @@
 #include "cuda/attention/kernel_tile_entries.cuh"
 #include "cuda/attention/kernel_wgmma_layout.cuh"
 #include "cuda/attention/kernel_wgmma_softmax.cuh"
+#include "cuda/attention/kv_maps.hpp"
 #include "cuda/attention/params.cuh"
+#include "cuda/attention/ptx.cuh"
 #include "cuda/attention/wgmma.cuh"
 
 namespace msa::cuda::attention {
@@ -29,14 +31,16 @@ namespace msa::cuda::attention {
 struct Consumer {
   unsigned char* smem;  // the 1024-aligned dynamic shared memory
   WgmmaBars bar;
-  std::int64_t first_tile, tile_stride;  // the CTA's tiles: first_tile + j x tile_stride
-  int tiles;                             // how many (j < tiles)
+  int tiles;  // how many tiles the CTA runs (j < tiles)
   int wg, lane;
   int row0;  // the thread's rows of the tile: row0 and row0 + 8
   int col;   // the thread's first column of each 8-column group
   std::uint32_t k_base, v_base;
 
   __device__ bool has_tile(int j) const { return j < tiles; }
+  // The CTA's j-th tile number (read from the launch each time, so that it
+  // holds no register through the tile loop).
+  __device__ std::int64_t tile_number(int j) const { return blockIdx.x + std::int64_t(j) * gridDim.x; }
   __device__ unsigned char* plan(int b) const { return smem + WgmmaTile::kPlans + b * WgmmaTile::kPlanBytes; }
   __device__ TileEntries entries(int b) const { return list_entries(plan(b) + WgmmaTile::kHeaderBytes); }
   // The warpgroup's half of Q buffer b (its query rows; then its staged output rows).
@@ -135,13 +139,14 @@ __device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Co
   for (int i = 0; i < 2; ++i) at[i] = tile_row_target<kKeyMajor>(p, list, first, count, head, c.row0 + 8 * i);
 }
 
-// Staged rows (bf16 / fp16 tiles): each warpgroup's 64 output rows of a tile,
-// normalised, in its half of the tile's Q buffer (free once its last QK is
-// done): row r at 256 r, its 16-byte chunk e (dims 8 e .. 8 e + 7) at
-// 16 (e ^ (r % 8)), so that the quads' 4-byte writes (8 rows per warp
-// instruction) and the 16-byte reads of whole rows are free of bank
-// conflicts; then written out as whole rows, 16 bytes per thread and chunk.
-__device__ __forceinline__ int staged_chunk(int row, int e) { return row * (kDim * 2) + ((e ^ (row & 7)) << 4); }
+// Staged rows (bf16 / fp16 outputs): each warpgroup's 64 output rows of a
+// tile, normalised, in its half of the tile's Q buffer (free once its last QK
+// is done), in the layout its query rows came in (wgmma_q_offset: two
+// 128-byte-swizzled atoms of 64 dims), which is what a TMA store through the
+// output map reads (KvMaps::out). Whole warpgroups of a whole tile's rows go
+// out that way, two boxes issued by one thread; other rows (split items,
+// key-major partials, tiles short of tokens, no output map) are copied out by
+// the warpgroup, 16 bytes per thread and chunk.
 
 // The thread's two rows' sums: the quad's parts of each added up.
 //   l: the rows' running sums (the thread's part); sum: the rows' sums
@@ -155,28 +160,35 @@ __device__ __forceinline__ void row_sums(const float (&l)[2], float (&sum)[2]) {
 }
 
 // The thread's two rows, normalised by their sums (0 for rows that attended
-// nothing), into the warpgroup's staging area (256-byte aligned, so that a
-// chunk's address is the row's, with the swizzle in bits 4-7, XOR its index).
-// (The fast division's 2-ulp error is far below the 16-bit output's rounding.)
-//   o: [64] output fragment; sum: the rows' sums (row_sums)
+// nothing), into the warpgroup's staging area, by stmatrix: per pair of
+// 8-column groups e, e + 1, the four 8 x 8 matrices (e, rows 0-7 of the warp's
+// 16), (e, rows 8-15), (e + 1, rows 0-7), (e + 1, rows 8-15); lane l points at
+// row 8 (l / 8 % 2) + l % 8 of its warp's 16, chunk e + l / 16. (The fast
+// division's 2-ulp error is far below the 16-bit output's rounding.)
+//   o: [64] output fragment; sum: the rows' sums (row_sums);
+//   stage: the warpgroup's half of a Q buffer (shared address, 1 KiB aligned)
 __device__ __forceinline__ void stage_tile_rows(const AttendParams& p, const Consumer& c, const float (&o)[64],
                                                 const float (&sum)[2], std::uint32_t stage) {
+  float inv[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float inv = sum[i] > 0.0f ? __fdividef(p.out_scale, sum[i]) : 0.0f;
-    const int row = c.row0 - 64 * c.wg + 8 * i;
-    const std::uint32_t at = stage + std::uint32_t(staged_chunk(row, 0) + 4 * (c.lane & 3));
+  for (int i = 0; i < 2; ++i) inv[i] = sum[i] > 0.0f ? __fdividef(p.out_scale, sum[i]) : 0.0f;
+  const int row = ((c.row0 - 64 * c.wg) & ~15) + (c.lane & 15);  // (l & 8: rows 8-15 of the warp's)
+  // Chunk (e + l / 16) ^ (row % 8) of the row for e = 0: the XOR with e % 8
+  // (e even) and the atom's offset below then give chunk e + l / 16.
+  const std::uint32_t at = stage + std::uint32_t(row * 128 + (((c.lane >> 4) ^ (row & 7)) << 4));
+  auto pair = [&](int e, int i) {
+    const float x = o[4 * e + 2 * i] * inv[i], y = o[4 * e + 2 * i + 1] * inv[i];
+    return p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
+  };
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      const float x = o[4 * e + 2 * i] * inv, y = o[4 * e + 2 * i + 1] * inv;
-      const std::uint32_t v = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at ^ std::uint32_t(e << 4)), "r"(v) : "memory");
-    }
-  }
+  for (int e = 0; e < 16; e += 2)
+    stmatrix_x4((at + std::uint32_t((e >> 3) * WgmmaTile::kQAtomBytes)) ^ std::uint32_t((e & 7) << 4), pair(e, 0),
+                pair(e, 1), pair(e + 1, 0), pair(e + 1, 1));
 }
 
-// The warpgroup's staged rows to their targets (tile_row_target; a split
-// item's share: target x splits + split), 16 bytes per thread and chunk.
+// The warpgroup's staged rows (wgmma_q_offset's layout) to their targets
+// (tile_row_target; a split item's share: target x splits + split), 16 bytes
+// per thread and chunk.
 //   out: [rows, 128] 16-bit (the output dtype or the partials')
 // Thread t of the warpgroup copies chunk t % 16 of rows t / 16 + 8 k. Token
 // rows (query-major) step from one 64-bit base by 32-bit offsets: row
@@ -191,6 +203,8 @@ __device__ __forceinline__ void copy_out_rows(const AttendParams& p, const Consu
   if constexpr (!kKeyMajor)
     base += ((std::int64_t(first) * p.num_q_heads + std::int64_t(head) * p.group) * splits + split) * kDim;
   const int shift = __ffs(p.group) - 1;
+  // Rows t / 16 + 8 k share their swizzle (row % 8): 8 rows = 1 KiB apart.
+  const unsigned char* src = stage + wgmma_q_offset(t >> 4, e);
 #pragma unroll
   for (int k = 0; k < 64 * 16 / 128; ++k) {
     const int row = (t >> 4) + 8 * k;  // in the warpgroup's 64
@@ -204,26 +218,51 @@ __device__ __forceinline__ void copy_out_rows(const AttendParams& p, const Consu
       if (tok >= count) continue;
       at = (tok * p.num_q_heads + g) * splits * kDim;
     }
-    const uint4 v = *reinterpret_cast<const uint4*>(stage + staged_chunk(row, e));
+    const uint4 v = *reinterpret_cast<const uint4*>(src + k * 8 * 128);
     *reinterpret_cast<uint4*>(base + at) = v;
   }
 }
 
+// The thread that issues its warpgroup's TMA stores (and waits for them).
+__device__ __forceinline__ bool issues_stores(const Consumer& c) { return c.row0 == 64 * c.wg && c.lane == 0; }
+
 // The tile's rows out through the warpgroup's half of Q buffer b (stage):
 // free once every warp of the warpgroup is past its last wgmma (the first
-// barrier), the wgmma reads (async proxy) ordered before the stores.
+// barrier), the wgmma reads (async proxy) ordered before the stores. The
+// warpgroup's 64 rows go out by TMA when they are whole tokens of a query-major
+// tile that is not split (first + 64 wg / G .. of the output, all below
+// first + count) and the output has a map; then the stores stay in flight
+// (bulk_wait_read before the buffer is handed back, bulk_wait at the end).
 //   sum: the rows' sums (row_sums)
 template <bool kKeyMajor>
-__device__ __forceinline__ void write_staged_tile(const AttendParams& p, const Consumer& c, const float (&o)[64],
-                                                  const float (&sum)[2], int b, const unsigned char* list, int first,
-                                                  int count, int head, int split, int splits, void* out) {
+__device__ __forceinline__ void write_staged_tile(const AttendParams& p, const KvMaps& maps, const Consumer& c,
+                                                  const float (&o)[64], const float (&sum)[2], int b,
+                                                  const unsigned char* list, int first, int count, int head,
+                                                  int split, int splits, void* out) {
   using W = WgmmaTile;
   unsigned char* stage = c.q_rows(b);
   sm90::fence_proxy_async();
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
   stage_tile_rows(p, c, o, sum, smem_u32(stage));
+  const int tokens = 64 >> (__ffs(p.group) - 1);  // per warpgroup
+  const bool by_tma = !kKeyMajor && splits == 1 && maps.has_out != 0 && (c.wg + 1) * tokens <= count;
+  if (by_tma) sm90::fence_proxy_async();  // the staged rows before the TMA's reads
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
-  copy_out_rows<kKeyMajor>(p, c, stage, list, first, count, head, split, splits, out);
+  if (by_tma) {
+    if (issues_stores(c)) {
+      // The tile's first token and head, read again from its plan header
+      // (still the consumers'): kept in registers through the staging, they
+      // made ptxas spill in the scaled instances.
+      const auto* header = reinterpret_cast<const std::int32_t*>(c.plan(b));
+      const int token = header[PlanHeader::kFirst] + c.wg * tokens, qh = header[PlanHeader::kHead] * p.group;
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        sm90::tma_store_3d(&maps.out, smem_u32(stage + half * W::kQAtomBytes), 64 * half, qh, token);
+      sm90::bulk_commit();
+    }
+  } else {
+    copy_out_rows<kKeyMajor>(p, c, stage, list, first, count, head, split, splits, out);
+  }
 }
 
 // The thread's two rows' lse (natural log; -inf for rows that attended
@@ -278,7 +317,7 @@ inline constexpr int kTurnPeers = WgmmaTile::kConsumers * 128;
 // softmax, the probabilities times the V scales after it (the sums stay
 // unscaled); every thread releases the slots itself.
 template <bool kF16, bool kKeyMajor, bool kScaled = false>
-__device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consumer& c) {
+__device__ __forceinline__ void consume_tiles(const AttendParams& p, const KvMaps& maps, const Consumer& c) {
   using W = WgmmaTile;
   const float scale = p.score_scale_log2;
   int g0 = 0;
@@ -378,7 +417,7 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     float* lse = kKeyMajor ? p.km_partial_lse : p.lse;
     int split = 0, splits = 1;
     if constexpr (!kKeyMajor) {
-      const TileItem it = tile_item(p, c.first_tile + std::int64_t(j) * c.tile_stride);  // as planned
+      const TileItem it = tile_item(p, c.tile_number(j));  // as planned
       if (it.splits > 1) {
         // A split item: the rows' partials of its share.
         split = it.split;
@@ -391,7 +430,7 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     // proxy fence.
     float sum[2];
     row_sums(l, sum);
-    write_staged_tile<kKeyMajor>(p, c, o, sum, b, list, first, count, head, split, splits, out);
+    write_staged_tile<kKeyMajor>(p, maps, c, o, sum, b, list, first, count, head, split, splits, out);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
       if (at[i] >= 0) at[i] = at[i] * splits + split;
@@ -410,17 +449,19 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const Consu
     // before the arrive, as racing with the planners' first writes (2,288
     // hazards in ShapeTileSplits; none with the barrier, at the same speed).
     if (c.has_tile(j + 2)) {
+      if (issues_stores(c)) sm90::bulk_wait_read();
       sm90::fence_proxy_async();
       sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
       sm90::named_barrier_arrive(W::kPlanFree + b, W::kPlanFreeThreads);
     }
   }
+  if (issues_stores(c)) sm90::bulk_wait();
 }
 
 // fp8: the CTA's one tile. Round i issues PV(i - 1) and QK(i) as one wgmma
 // group; round n (PV(n - 1) alone) ends the tile.
 template <bool kF16>
-__device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Consumer& c) {
+__device__ __forceinline__ void consume_one_tile(const AttendParams& p, const KvMaps& maps, const Consumer& c) {
   using W = WgmmaTile;
   const float scale = p.score_scale_log2;
   const auto* header = reinterpret_cast<const std::int32_t*>(c.plan(0));
@@ -501,8 +542,9 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Co
   tile_row_targets<false>(p, c, nullptr, first, count, head, at);
   float sum[2];
   row_sums(l, sum);
-  write_staged_tile<false>(p, c, o, sum, 0, nullptr, first, count, head, 0, 1, p.out);
+  write_staged_tile<false>(p, maps, c, o, sum, 0, nullptr, first, count, head, 0, 1, p.out);
   write_tile_lse(c, m, sum, at, p.lse);
+  if (issues_stores(c)) sm90::bulk_wait();
 }
 
 }  // namespace msa::cuda::attention

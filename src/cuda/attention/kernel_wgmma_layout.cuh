@@ -115,6 +115,13 @@ struct WgmmaBars {
   __device__ std::uint32_t q_rows() const { return base + 104u; }  // the first tile's query rows landed (TMA)
 };
 
+// Byte offset of chunk c (elements 8c .. 8c + 7) of tile row `row` in a Q
+// buffer: the warpgroup's 64 rows as two 128-byte-swizzled atoms of 64 dims.
+__device__ __forceinline__ int wgmma_q_offset(int row, int c) {
+  const int wg = row >> 6, r = row & 63;
+  return wg * WgmmaTile::kQBytes + (c >> 3) * WgmmaTile::kQAtomBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+}
+
 // Slot and phase parity of the CTA's g-th streamed block (counted over its tiles).
 __device__ __forceinline__ int ring_slot(int g) { return g % WgmmaTile::kSlots; }
 __device__ __forceinline__ std::uint32_t ring_parity(int g) { return std::uint32_t((g / WgmmaTile::kSlots) & 1); }

@@ -15,13 +15,6 @@
 
 namespace msa::cuda::attention {
 
-// Byte offset of chunk c (elements 8c .. 8c + 7) of tile row `row` in a Q
-// buffer: the warpgroup's 64 rows as two 128-byte-swizzled atoms of 64 dims.
-__device__ __forceinline__ int wgmma_q_offset(int row, int c) {
-  const int wg = row >> 6, r = row & 63;
-  return wg * WgmmaTile::kQBytes + (c >> 3) * WgmmaTile::kQAtomBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
-}
-
 // The query rows of a tile into Q buffer q (the two warpgroups' swizzled
 // tiles): row = tok * G + g is query head head * G + g of token token_of(tok)
 // for tok < count, zero past count. kWorkers threads (w in [0, kWorkers))

@@ -1,5 +1,5 @@
-// Host encoding of the KV tensor maps (kv_maps.hpp) through the driver entry
-// point cuTensorMapEncodeTiled, fetched once from the runtime (no libcuda link).
+// Host encoding of the KV tensor maps and of the query / output rows' maps
+// (kv_maps.hpp) through the driver entry point cuTensorMapEncodeTiled, fetched once from the runtime (no libcuda link).
 #include "cuda/attention/kv_maps.hpp"
 
 #include <cuda_runtime.h>
@@ -27,6 +27,27 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
+}
+
+// A 3-D map of 16-bit rows [num_tokens, num_q_heads, 128]: boxes of 64 dims x
+// `group` heads x 64 / group tokens, 128-byte swizzle (make_query_map).
+bool make_rows_map(const void* rows, DType dtype, std::int64_t num_tokens, int num_q_heads, int group,
+                   CUtensorMap& map) {
+  if (dtype != DType::bf16 && dtype != DType::fp16) return false;
+  if (rows == nullptr || num_tokens <= 0 || num_q_heads <= 0 || group <= 0 || 64 % group != 0) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
+  if (encode == nullptr) return false;
+  const std::int64_t row_bytes = std::int64_t(kHeadDim) * 2;  // one query head's 128 dims
+  const cuuint64_t dims[3] = {cuuint64_t(kHeadDim), cuuint64_t(num_q_heads), cuuint64_t(num_tokens)};
+  const cuuint64_t strides[2] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * num_q_heads)};
+  const cuuint32_t box[3] = {64u, cuuint32_t(group), cuuint32_t(64 / group)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUtensorMapDataType type =
+      dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r = encode(&map, type, 3, const_cast<void*>(rows), dims, strides, box, element_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -82,20 +103,11 @@ bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
 bool make_query_map(const void* q, DType q_dtype, std::int64_t num_tokens, int num_q_heads, int group,
                     KvMaps& maps) {
   if (q_dtype != DType::bf16 && q_dtype != DType::fp16) return true;
-  if (q == nullptr || num_tokens <= 0 || num_q_heads <= 0 || group <= 0 || 64 % group != 0) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
-  if (encode == nullptr) return false;
-  const std::int64_t row_bytes = std::int64_t(kHeadDim) * 2;  // one query head's 128 dims
-  const cuuint64_t dims[3] = {cuuint64_t(kHeadDim), cuuint64_t(num_q_heads), cuuint64_t(num_tokens)};
-  const cuuint64_t strides[2] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * num_q_heads)};
-  const cuuint32_t box[3] = {64u, cuuint32_t(group), cuuint32_t(64 / group)};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUtensorMapDataType type = q_dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  const CUresult r = encode(&maps.q, type, 3, const_cast<void*>(q), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS;
+  return make_rows_map(q, q_dtype, num_tokens, num_q_heads, group, maps.q);
+}
+
+void make_output_map(void* out, DType out_dtype, std::int64_t num_tokens, int num_q_heads, int group, KvMaps& maps) {
+  maps.has_out = make_rows_map(out, out_dtype, num_tokens, num_q_heads, group, maps.out) ? 1 : 0;
 }
 
 }  // namespace msa::cuda::attention

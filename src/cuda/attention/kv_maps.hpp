@@ -4,8 +4,9 @@
 // in ascending stride order. bf16 / fp16: a box is 64 dims x 128 tokens of one
 // (page, head), written to shared memory with the 128-byte swizzle. fp8: a box
 // is the whole 128 x 128-byte tile, unswizzled (the kernel widens it).
-// The same struct carries the map of the step's query rows (make_query_map),
-// through which the kernel loads a CTA's first tile of rows.
+// The same struct carries the maps of the step's query rows (make_query_map),
+// through which the kernel loads a CTA's first tile of rows, and of its output
+// rows (make_output_map), through which it stores whole warpgroups of rows.
 #pragma once
 
 #include <cuda.h>
@@ -24,6 +25,8 @@ struct KvMaps {
   int head_dim = 2;   // of the KV-head axis
   int page_dim = 3;   // of the page axis
   CUtensorMap q;      // the query rows (make_query_map)
+  CUtensorMap out;    // the output rows (make_output_map), when has_out
+  int has_out = 0;
 };
 
 // Encodes the maps of a bf16 / fp16 / fp8 cache; false when the driver cannot (no
@@ -42,5 +45,12 @@ bool make_kv_maps(const KVCacheView& cache, KvMaps& maps);
 // such a query's first tile through the map.
 bool make_query_map(const void* q, DType q_dtype, std::int64_t num_tokens, int num_q_heads, int group,
                     KvMaps& maps);
+
+// Encodes maps.out over a bf16 / fp16 output [num_tokens, num_q_heads, 128]
+// (16-byte aligned) as make_query_map does the query, and sets maps.has_out:
+// the kernel then stores a warpgroup's 64 staged rows (in the Q buffer's
+// swizzled layout) as two boxes. When it cannot be encoded, has_out stays 0
+// and the kernel writes the rows with its own stores.
+void make_output_map(void* out, DType out_dtype, std::int64_t num_tokens, int num_q_heads, int group, KvMaps& maps);
 
 }  // namespace msa::cuda::attention

@@ -1,5 +1,5 @@
 // Thin wrappers over the PTX instructions the attention kernels use:
-// cp.async, ldmatrix, mma.sync m16n8k16 (bf16 / fp16 -> fp32) and the packed
+// cp.async, ldmatrix / stmatrix, mma.sync m16n8k16 (bf16 / fp16 -> fp32) and the packed
 // conversions to the 16-bit MMA types.
 #pragma once
 
@@ -64,6 +64,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], std::ui
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
+}
+
+// ---- stmatrix -----------------------------------------------------------------
+// Stores four 8 x 8 matrices of 16-bit pairs: r[m] holds lane l's pair (row
+// l / 4, columns 2 (l % 4), + 1) of matrix m, and lanes 8m .. 8m + 7 give the
+// shared addresses of matrix m's rows (16 bytes each).
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t addr, std::uint32_t r0, std::uint32_t r1, std::uint32_t r2,
+                                            std::uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
 }
 
 // ---- mma.sync m16n8k16, fp32 accumulate ------------------------------------------

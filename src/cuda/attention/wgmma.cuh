@@ -158,6 +158,25 @@ __device__ __forceinline__ void tma_load_3d(std::uint32_t dst, const void* map, 
       : "memory");
 }
 
+// Stores the box at coordinates (c0, c1, c2) of the 3-D tensor map from shared
+// memory at src (laid out as the map's swizzle reads it), as part of this
+// thread's current bulk group (bulk_commit); rows beyond the map's extents are
+// not written.
+//   map: a __grid_constant__ CUtensorMap (generic address)
+__device__ __forceinline__ void tma_store_3d(const void* map, std::uint32_t src, int c0, int c1, int c2) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   reinterpret_cast<std::uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(src)
+               : "memory");
+}
+// Closes this thread's bulk group of stores.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's committed bulk stores have read their shared
+// memory (it may then be overwritten).
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+// Waits until this thread's committed bulk stores are complete.
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
 // Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global
 // src to shared dst; completes `bytes` of the mbarrier's transaction count.
 __device__ __forceinline__ void bulk_load(std::uint32_t dst, const void* src, std::uint32_t bytes,
