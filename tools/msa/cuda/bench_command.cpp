@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -34,6 +35,7 @@ struct BenchOptions {
   int iters = 100;
   int warmup = 5;
   double budget_ms = 250.0;
+  int settle_ms = 1000;
   std::string pattern = "random";
   std::uint64_t seed = 1;
   int ceiling_replays = 20;
@@ -164,8 +166,8 @@ int run_bench(const BenchOptions& o) {
               ceil.gemm_tflops, o.ceiling_replays, ceil.launch_us);
   std::printf("timing: the attend / index run step captured in a CUDA graph per input copy; copies rotate so that "
               "consecutive replays touch different memory (>= 4x L2 together); median of up to %d replays after "
-              "%d warm-up; top-k pattern %s; case set %s\n\n",
-              o.iters, o.warmup, o.pattern.c_str(), set.c_str());
+              "%d warm-up, each case after %d ms of idle; top-k pattern %s; case set %s\n\n",
+              o.iters, o.warmup, o.settle_ms, o.pattern.c_str(), set.c_str());
   std::printf("read floor (decode / verify): the same graph timing of a kernel that only gathers the step's K / V "
               "blocks from the same pages into shared memory (one CTA per SM, three blocks in flight, no math)\n");
   std::printf("%-50s %10s %8s %7s %8s %7s %9s %6s\n", "case", "time_us", "TFLOP/s", "%gemm", "GB/s", "%copy",
@@ -175,6 +177,14 @@ int run_bench(const BenchOptions& o) {
   int errors = 0;
   std::string fatal;
   for (const BenchCase& c : cases) {
+    // Every case starts from an idle GPU: right after a heavy case (or the
+    // GEMM ceiling) the clocks stay lowered for a while, and a short case
+    // would run at them (measured on the H200: 64/4 b=1 q=256 45.3-46.3 us
+    // right after the 16K-token chunk, 43.6-43.9 after a second of idle).
+    if (o.settle_ms > 0) {
+      MSA_CUDA_CHECK(cudaDeviceSynchronize());
+      std::this_thread::sleep_for(std::chrono::milliseconds(o.settle_ms));
+    }
     const BenchResult r = run_bench_case(c, s, stream);
     print_row(r, ceil);
     errors += r.error.empty() ? 0 : 1;
@@ -219,6 +229,7 @@ int run_bench(const BenchOptions& o) {
          {{"iters", o.iters},
           {"warmup", o.warmup},
           {"budget_ms", o.budget_ms},
+          {"settle_ms", o.settle_ms},
           {"pattern", o.pattern},
           {"seed", o.seed},
           {"prefill", o.prefill},
@@ -269,6 +280,10 @@ Command register_bench(CLI::App& app) {
   sub->add_option("--warmup", o->warmup, "untimed replays before timing")->capture_default_str()->check(CLI::Range(0, 1000));
   sub->add_option("--budget-ms", o->budget_ms, "fewer replays (at least 10) for cases slower than this budget")
       ->capture_default_str();
+  sub->add_option("--settle-ms", o->settle_ms,
+                  "idle milliseconds before each case, so that every case starts at the clocks of an idle GPU")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 60000));
   sub->add_option("--pattern", o->pattern, "top-k pattern: random or clustered")
       ->capture_default_str()
       ->check(CLI::IsMember({"random", "clustered"}));
