@@ -311,17 +311,12 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
       // pages' scales, when the plan made room for them); a gated step also
       // launches the on-the-fly kernel, and the device runs one of the two.
       WidenArea widen;
-      KvMaps widen_maps;
+      KvMaps widen_maps = maps;  // the query and output maps carry over; widened_maps sets the KV maps
       bool widened = false;
       const bool token_scales = p.k_scales != nullptr;
       if (plan.widen_pages > 0 && widens_exactly(args.cache.dtype)) {
         widen = widen_area(plan, step);
         widened = (!token_scales || widen.choice.scales) && widened_maps(widen, widen_maps);
-        if (widened) {
-          widen_maps.q = maps.q;
-          widen_maps.out = maps.out;
-          widen_maps.has_out = maps.has_out;
-        }
       }
       // Split tiles (plan.tile_splits > 1, only planned for the persistent
       // kernel of a step that cannot run key-major: bf16 / fp16 caches, or

@@ -112,6 +112,9 @@ __device__ __forceinline__ void clear_tile_state(float (&o)[64], float (&sc)[64]
   for (int kk = 0; kk < 8; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0;
 }
 
+// log2 of the query heads per KV head (a power of two on the wgmma tiles).
+__device__ __forceinline__ int group_shift(const AttendParams& p) { return __ffs(p.group) - 1; }
+
 // Where row `row` of a tile goes (-1: nowhere): tokens first .. first + count
 // - 1 of the step's output; key-major, the partials of the tile tokens'
 // (token, slot) edges (the plan list's kToken / kSlot). G divides 64 on the
@@ -119,7 +122,7 @@ __device__ __forceinline__ void clear_tile_state(float (&o)[64], float (&sc)[64]
 template <bool kKeyMajor>
 __device__ __forceinline__ std::int64_t tile_row_target(const AttendParams& p, const unsigned char* list, int first,
                                                         int count, int head, int row) {
-  const int tok = row >> (__ffs(p.group) - 1), g = row & (p.group - 1);
+  const int tok = row >> group_shift(p), g = row & (p.group - 1);
   const std::int64_t qh = std::int64_t(head) * p.group + g;
   if (tok >= count) return -1;
   if constexpr (kKeyMajor) {
@@ -138,15 +141,6 @@ __device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Co
 #pragma unroll
   for (int i = 0; i < 2; ++i) at[i] = tile_row_target<kKeyMajor>(p, list, first, count, head, c.row0 + 8 * i);
 }
-
-// Staged rows (bf16 / fp16 outputs): each warpgroup's 64 output rows of a
-// tile, normalised, in its half of the tile's Q buffer (free once its last QK
-// is done), in the layout its query rows came in (wgmma_q_offset: two
-// 128-byte-swizzled atoms of 64 dims), which is what a TMA store through the
-// output map reads (KvMaps::out). Whole warpgroups of a whole tile's rows go
-// out that way, two boxes issued by one thread; other rows (split items,
-// key-major partials, tiles short of tokens, no output map) are copied out by
-// the warpgroup, 16 bytes per thread and chunk.
 
 // The thread's two rows' sums: the quad's parts of each added up.
 //   l: the rows' running sums (the thread's part); sum: the rows' sums
@@ -202,7 +196,7 @@ __device__ __forceinline__ void copy_out_rows(const AttendParams& p, const Consu
   auto* base = static_cast<std::uint16_t*>(out) + 8 * e;
   if constexpr (!kKeyMajor)
     base += ((std::int64_t(first) * p.num_q_heads + std::int64_t(head) * p.group) * splits + split) * kDim;
-  const int shift = __ffs(p.group) - 1;
+  const int shift = group_shift(p);
   // Rows t / 16 + 8 k share their swizzle (row % 8): 8 rows = 1 KiB apart.
   const unsigned char* src = stage + wgmma_q_offset(t >> 4, e);
 #pragma unroll
@@ -228,11 +222,15 @@ __device__ __forceinline__ bool issues_stores(const Consumer& c) { return c.row0
 
 // The tile's rows out through the warpgroup's half of Q buffer b (stage):
 // free once every warp of the warpgroup is past its last wgmma (the first
-// barrier), the wgmma reads (async proxy) ordered before the stores. The
-// warpgroup's 64 rows go out by TMA when they are whole tokens of a query-major
+// barrier), the wgmma reads (async proxy) ordered before the stores. The rows
+// are staged normalised in the layout the query rows came in (wgmma_q_offset:
+// two 128-byte-swizzled atoms of 64 dims), which a TMA store through the
+// output map (KvMaps::out) reads. The warpgroup's 64 rows go out by TMA when they are whole tokens of a query-major
 // tile that is not split (first + 64 wg / G .. of the output, all below
 // first + count) and the output has a map; then the stores stay in flight
 // (bulk_wait_read before the buffer is handed back, bulk_wait at the end).
+// Other rows (split items, key-major partials, tiles short of tokens) are
+// copied out by the warpgroup (copy_out_rows).
 //   sum: the rows' sums (row_sums)
 template <bool kKeyMajor>
 __device__ __forceinline__ void write_staged_tile(const AttendParams& p, const KvMaps& maps, const Consumer& c,
@@ -244,7 +242,7 @@ __device__ __forceinline__ void write_staged_tile(const AttendParams& p, const K
   sm90::fence_proxy_async();
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
   stage_tile_rows(p, c, o, sum, smem_u32(stage));
-  const int tokens = 64 >> (__ffs(p.group) - 1);  // per warpgroup
+  const int tokens = 64 >> group_shift(p);  // per warpgroup
   const bool by_tma = !kKeyMajor && splits == 1 && maps.has_out != 0 && (c.wg + 1) * tokens <= count;
   if (by_tma) sm90::fence_proxy_async();  // the staged rows before the TMA's reads
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
