@@ -7,6 +7,7 @@
 #include "msa/batch.hpp"
 #include "msa/cache.hpp"
 #include "msa/ops.hpp"
+#include "msa/pre_attention.hpp"
 
 namespace msa::cpu {
 
@@ -23,6 +24,14 @@ void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, const Options
 
 // Writes each token's index key (bf16, or fp8 e4m3 by a plain saturating cast).
 void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, const Options& opt = {});
+
+// Pre-attention (msa/pre_attention.hpp): Q/K norm and partial RoPE of the qkv
+// rows, q and index q into their buffers, K and V into `cache` and the index
+// key into `index_cache` through cpu::insert_kv / insert_index. Without
+// opt.check a token whose position is outside the cos/sin table is skipped
+// whole (nothing of it is written) and bad slots are skipped.
+void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache,
+                   const PreAttentionArgs& args, const Options& opt = {});
 
 // Block scores: scores[t, h, b] = max over visible tokens j of block b (j <= p)
 // of dot(index_q[t, h], index_k[j]) in fp32; -inf for b > p / 128.
