@@ -28,6 +28,7 @@
 #include "msa/error.hpp"
 #include "msa/numeric.hpp"
 #include "msa/pre_attention.hpp"
+#include "pre_attention_inputs.hpp"
 #include "pre_attention_ref.hpp"
 
 namespace {
@@ -40,194 +41,18 @@ using std::int64_t;
 using std::uint16_t;
 using std::uint8_t;
 
+using Case = msa::test::PreAttentionCase;
+using Inputs = msa::test::PreAttentionInputs;
+using msa::test::make_pre_attention_inputs;
+
 constexpr int D = 128;
-constexpr uint8_t kPoison = 0xA5;
-constexpr std::size_t kGuard = 512;
+constexpr uint8_t kPoison = msa::test::kPreAttentionPoison;
 
 uint16_t encode_half(DType t, float x) {
   return t == DType::bf16 ? msa::num::float_to_bf16(x) : msa::num::float_to_fp16(x);
 }
 float decode_half(DType t, uint16_t b) {
   return t == DType::bf16 ? msa::num::bf16_to_float(b) : msa::num::fp16_to_float(b);
-}
-
-// n values of an f32 / bf16 / fp16 array, as bytes.
-std::vector<uint8_t> encode_table(const std::vector<float>& x, DType t) {
-  std::vector<uint8_t> out(x.size() * msa::dtype_bytes(t));
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if (t == DType::f32) {
-      std::memcpy(out.data() + 4 * i, &x[i], 4);
-    } else {
-      const uint16_t b = encode_half(t, x[i]);
-      std::memcpy(out.data() + 2 * i, &b, 2);
-    }
-  }
-  return out;
-}
-
-struct Case {
-  DType src = DType::bf16;
-  DType kv = DType::bf16;
-  ScaleMode scales = ScaleMode::none;
-  Layout layout = Layout::hnd;
-  int64_t page_pad = 0;  // elements (bytes for nvfp4) past a compact page
-  DType index = DType::bf16;
-  DType q = DType::bf16;
-  DType iq = DType::bf16;
-  DType weight = DType::f32;
-  DType table = DType::f32;
-  int nq = 16, nkv = 1, niq = 1;
-  int64_t tokens = 37;
-  int64_t row_pad = 0;  // extra elements per qkv row
-  bool own_index_slots = true;
-  std::uint64_t seed = 1;
-
-  std::string name() const {
-    return msa::detail::concat("src=", msa::dtype_name(src), " kv=", msa::dtype_name(kv), "/",
-                               int(scales), "/", msa::layout_name(layout), "+", page_pad,
-                               " index=", msa::dtype_name(index), " q=", msa::dtype_name(q),
-                               " iq=", msa::dtype_name(iq), " w=", msa::dtype_name(weight),
-                               " cs=", msa::dtype_name(table), " heads=", nq, "/", nkv, "/", niq,
-                               " tokens=", tokens, " row_pad=", row_pad,
-                               " own_index_slots=", own_index_slots, " seed=", seed);
-  }
-};
-
-// Everything one call reads and writes, on the host.
-struct Inputs {
-  Case c;
-  int64_t pages = 0, index_pages = 0, max_position = 0;
-  std::vector<uint16_t> qkv;                // [tokens, stride]
-  std::vector<uint8_t> weights[4];          // [128] each, c.weight
-  std::vector<uint8_t> cos_sin;             // [max_position, 64], c.table
-  std::vector<int64_t> positions, slots, index_slots;
-  std::vector<uint8_t> cache, index_cache;  // poisoned, plus a guard
-  std::vector<float> k_scales, v_scales;    // per_token_head
-  std::vector<uint8_t> q, iq;               // poisoned outputs
-
-  int64_t heads() const { return int64_t(c.nq) + 2 * c.nkv + c.niq + 1; }
-  int64_t stride() const { return heads() * D + c.row_pad; }
-
-  msa::KVCacheView view(uint8_t* base, float* ks, float* vs) const {
-    if (c.kv == DType::nvfp4) {
-      const int64_t compact = 2 * c.nkv * msa::nvfp4::kSlotBytes;
-      return msa::make_nvfp4_cache_view(base, pages, c.nkv, 1.0f / 128.0f, 1.0f / 32.0f,
-                                        c.page_pad ? compact + c.page_pad : 0);
-    }
-    const int64_t compact = int64_t(c.nkv) * msa::kBlockSize * 2 * D;
-    msa::KVCacheView v = msa::make_cache_view(c.kv, base, pages, c.nkv, c.layout,
-                                              c.page_pad ? compact + c.page_pad : 0);
-    v.scale_mode = c.scales;
-    if (c.scales == ScaleMode::per_tensor) {
-      v.k_scale = 1.0f / 64.0f;
-      v.v_scale = 1.0f / 16.0f;
-    } else if (c.scales == ScaleMode::per_token_head) {
-      v.k_scales = ks;
-      v.v_scales = vs;
-    }
-    return v;
-  }
-  msa::IndexCacheView index_view(uint8_t* base) const {
-    msa::IndexCacheView v;
-    v.dtype = c.index;
-    v.base = base;
-    v.num_pages = index_pages;
-    return v;
-  }
-  msa::PreAttentionArgs args() {
-    msa::PreAttentionArgs a;
-    a.qkv = qkv.data();
-    a.qkv_dtype = c.src;
-    a.qkv_row_stride = c.row_pad ? stride() : 0;
-    a.num_tokens = c.tokens;
-    a.num_q_heads = c.nq;
-    a.num_kv_heads = c.nkv;
-    a.num_index_heads = c.niq;
-    a.positions = positions.data();
-    a.q_weight = weights[0].data();
-    a.k_weight = weights[1].data();
-    a.index_q_weight = weights[2].data();
-    a.index_k_weight = weights[3].data();
-    a.weight_dtype = c.weight;
-    a.cos_sin = cos_sin.data();
-    a.cos_sin_dtype = c.table;
-    a.max_position = max_position;
-    a.q = q.data();
-    a.q_dtype = c.q;
-    a.q_scale = 1.0f / 32.0f;
-    a.index_q = iq.data();
-    a.index_q_dtype = c.iq;
-    a.slots = slots.data();
-    a.index_slots = c.own_index_slots ? index_slots.data() : nullptr;
-    return a;
-  }
-};
-
-// Distinct shuffled slots of `pages` pages, about one in six negative.
-std::vector<int64_t> random_slots(int64_t n, int64_t pages, std::mt19937_64& rng) {
-  std::vector<int64_t> all(std::size_t(pages * msa::kBlockSize));
-  std::iota(all.begin(), all.end(), 0);
-  std::shuffle(all.begin(), all.end(), rng);
-  std::vector<int64_t> s(all.begin(), all.begin() + n);
-  for (auto& x : s)
-    if (rng() % 6 == 0) x = -1 - int64_t(rng() % 300);
-  return s;
-}
-
-Inputs make_inputs(const Case& c) {
-  Inputs in;
-  in.c = c;
-  std::mt19937_64 rng(c.seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> log_gain(-2.0f, 2.5f);
-  const int64_t T = c.tokens, H = in.heads();
-  in.qkv.assign(std::size_t(T * in.stride()), uint16_t{0x7FFF});  // NaN in the row padding
-  for (int64_t i = 0; i < T; ++i)
-    for (int64_t j = 0; j < H; ++j) {
-      const float gain = std::exp(log_gain(rng));
-      for (int d = 0; d < D; ++d)
-        in.qkv[std::size_t(i * in.stride() + j * D + d)] = encode_half(c.src, gain * normal(rng));
-    }
-  // Special heads: an all-zero q head, a K head holding a NaN, a q head with a huge value.
-  auto at = [&](int64_t i, int64_t j, int d) -> uint16_t& {
-    return in.qkv[std::size_t(i * in.stride() + j * D + d)];
-  };
-  for (int d = 0; d < D; ++d) at(0, 0, d) = encode_half(c.src, 0.0f);
-  if (T > 2) {
-    at(1, c.nq, 3) = encode_half(c.src, std::numeric_limits<float>::quiet_NaN());
-    at(2, 0, 70) = encode_half(c.src, 3.0e4f);
-  }
-  std::normal_distribution<float> wdist(0.0f, 0.5f);
-  for (auto& w : in.weights) {
-    std::vector<float> f(D);
-    for (float& x : f) x = wdist(rng);
-    w = encode_table(f, c.weight);
-  }
-  in.max_position = 3000 + int64_t(rng() % 2000);
-  std::vector<float> table(std::size_t(in.max_position * msa::kRopeDims));
-  msa::make_rope_table(msa::kM3RopeTheta, in.max_position, table.data());
-  in.cos_sin = encode_table(table, c.table);
-  in.positions.resize(std::size_t(T));
-  for (auto& p : in.positions) p = int64_t(rng() % uint64_t(in.max_position));
-  in.positions[0] = in.max_position - 1;
-  if (T > 1) in.positions[1] = 0;
-
-  in.pages = (T + msa::kBlockSize - 1) / msa::kBlockSize + 2;
-  in.index_pages = in.pages + 1;
-  in.slots = random_slots(T, in.pages, rng);
-  in.index_slots = random_slots(T, in.index_pages, rng);
-
-  const std::size_t eb = c.kv == DType::nvfp4 ? 1 : msa::dtype_bytes(c.kv);
-  const msa::KVCacheView probe = in.view(reinterpret_cast<uint8_t*>(std::uintptr_t{4096}), nullptr, nullptr);
-  in.cache.assign(std::size_t(msa::cache_extent(probe)) * eb + kGuard, kPoison);
-  in.index_cache.assign(std::size_t(in.index_pages * msa::kBlockSize * D) * msa::dtype_bytes(c.index) + kGuard,
-                        kPoison);
-  const std::size_t scales = std::size_t(in.pages * msa::kBlockSize * c.nkv);
-  in.k_scales.assign(scales, std::numeric_limits<float>::quiet_NaN());
-  in.v_scales.assign(scales, std::numeric_limits<float>::quiet_NaN());
-  in.q.assign(std::size_t(T * c.nq * D) * msa::dtype_bytes(c.q), kPoison);
-  in.iq.assign(std::size_t(T * c.niq * D) * msa::dtype_bytes(c.iq), kPoison);
-  return in;
 }
 
 // u of every (token, head): steps 1-3 of the SEMANTICS through the shared
@@ -287,7 +112,7 @@ void store_row(const float* u, DType dtype, float scale, uint8_t* out) {
 
 void run_case(const Case& c) {
   SCOPED_TRACE(c.name());
-  Inputs in = make_inputs(c);
+  Inputs in = make_pre_attention_inputs(c);
   Inputs want = in;  // the expected outputs start from the same poison
   const int64_t T = c.tokens, H = in.heads();
 
@@ -473,7 +298,7 @@ TEST(PreAttention, UncheckedBadPositionsAndSlotsAreSkipped) {
   Case c;
   c.tokens = 9;
   c.seed = 77;
-  Inputs in = make_inputs(c);
+  Inputs in = make_pre_attention_inputs(c);
   for (std::size_t i = 0; i < in.slots.size(); ++i) in.slots[i] = int64_t(3 * i);  // every token inserted ...
   in.positions[4] = in.max_position;  // ... but token 4's position is bad
   in.slots[6] = in.pages * msa::kBlockSize;    // and token 6's slot is beyond the cache
@@ -503,7 +328,7 @@ TEST(PreAttention, UncheckedBadPositionsAndSlotsAreSkipped) {
 TEST(PreAttention, ZeroTokensAndAllSkippedTouchNothing) {
   Case c;
   c.tokens = 5;
-  Inputs in = make_inputs(c);
+  Inputs in = make_pre_attention_inputs(c);
   const Inputs before = in;
   msa::PreAttentionArgs a = in.args();
   a.num_tokens = 0;
@@ -522,7 +347,7 @@ TEST(PreAttention, BadInputNamesArgumentIndexAndValue) {
   c.tokens = 6;
   c.kv = DType::fp8_e4m3;
   c.scales = ScaleMode::per_tensor;
-  Inputs in = make_inputs(c);
+  Inputs in = make_pre_attention_inputs(c);
   const Inputs before = in;
   const msa::KVCacheView cache = in.view(in.cache.data(), nullptr, nullptr);
   const msa::IndexCacheView index = in.index_view(in.index_cache.data());

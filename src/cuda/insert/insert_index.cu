@@ -6,6 +6,7 @@
 #include "core/checks.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_check.cuh"
+#include "cuda/insert/insert_store.cuh"
 #include "cuda/insert/insert_util.cuh"
 #include "msa/cuda.hpp"
 #include "msa/error.hpp"
@@ -38,8 +39,8 @@ __global__ void __launch_bounds__(kThreads) insert_index_kernel(const InsertInde
   float x[8];
   insert_detail::load8<Src>(p.src + i * kHeadDim + 8 * c, x);
   const std::int64_t page = slot / kBlockSize;
-  insert_detail::store8<Dst>(p.cache.base, p.cache.offset(page, slot - page * kBlockSize, 8 * c), x,
-                             1.0f);
+  const unsigned row_lanes = 0xFFFFu << (threadIdx.x & 16);  // the token's 16 lanes
+  insert_detail::store_index8<Dst>(p.cache, page, slot - page * kBlockSize, c, x, row_lanes);
 }
 
 template <int Src>

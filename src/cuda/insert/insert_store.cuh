@@ -1,0 +1,101 @@
+// The inserts' row stores, shared by insert_kv, insert_index and the fused
+// pre-attention kernel so that every writer of a cache quantizes the same way:
+// 16 lanes hold one row of 128 values, lane c the elements 8c .. 8c+7, and
+// store it into the main cache (any dtype, layout and scale mode) or into the
+// index cache. Row reductions (per-(token, head) amax, nvfp4 group amax) are
+// shuffles among the 16 lanes named by `mask`, which must all take part.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "cuda/insert/insert_util.cuh"
+#include "msa/cache.hpp"
+#include "msa/dtype.hpp"
+#include "msa/error.hpp"
+#include "msa/numeric.hpp"
+
+namespace msa::cuda::insert_detail {
+
+// Quantizes 8 elements (8c .. 8c+7 of one row) into an nvfp4 head slot: 4 data
+// bytes and, from even lanes, the scale byte of the 16-element group.
+//   slot: byte base of the (page, head, K|V) slot
+__device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, int c,
+                                            std::int64_t token, std::uint8_t* slot, unsigned mask) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+  amax = fmaxf(amax, __shfl_xor_sync(mask, amax, 1));  // the other half of the group
+  const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
+  std::uint32_t bytes = 0;
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    const std::uint32_t lo = num::nvfp4_encode(x[e], sf, global_scale);
+    const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
+    bytes |= (lo | (hi << 4)) << (4 * e);
+  }
+  store_bytes4(slot + nvfp4::data_offset(token, 4 * c), bytes);
+  if ((c & 1) == 0) slot[nvfp4::scale_offset(token, c >> 1)] = sf;
+}
+
+// K (is_v 0) or V (is_v 1) of KV head `head` at (page, token): the row's
+// elements 8c .. 8c+7 from this lane. fp8 per_token_head rows write their scale
+// (amax / fp8 max, 1 when amax is 0) from lane 0 of the row.
+template <int Dst>
+__device__ __forceinline__ void store_kv8(const KVCacheView& cache, std::int64_t page,
+                                          std::int64_t head, std::int64_t token, int is_v, int c,
+                                          const float* x, unsigned mask) {
+  if constexpr (Dst == kDstNvfp4) {
+    auto* slot = static_cast<std::uint8_t*>(cache.k) + nvfp4::slot_offset(cache, page, head, is_v);
+    store_nvfp4(x, is_v ? cache.v_scale : cache.k_scale, c, token, slot, mask);
+  } else {
+    float scale = 1.0f;
+    if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {
+      if (cache.scale_mode == ScaleMode::per_tensor) {
+        scale = is_v ? cache.v_scale : cache.k_scale;
+      } else if (cache.scale_mode == ScaleMode::per_token_head) {
+        float amax = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+#pragma unroll
+        for (int m = 8; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, m));
+        constexpr float kFp8Max = Dst == kDstE4m3 ? 448.0f : 57344.0f;
+        scale = amax == 0.0f ? 1.0f : amax / kFp8Max;
+        if (c == 0) (is_v ? cache.v_scales : cache.k_scales)[cache.scale_index(page, head, token)] = scale;
+      }
+    }
+    store8<Dst>(is_v ? cache.v : cache.k, cache.offset(page, head, token, 8 * c), x, scale);
+  }
+}
+
+// ---- index cache ------------------------------------------------------------------
+// The tag of an index cache dtype; throws msa::Error naming `what` for any other.
+inline int index_dst_tag(DType t, const char* what) {
+  switch (t) {
+    case DType::bf16: return kDstBf16;
+    case DType::fp8_e4m3: return kDstE4m3;
+    default: fail(what, " = ", dtype_name(t), " is not an index cache dtype (expected bf16 or fp8_e4m3)");
+  }
+}
+
+// The index key of (page, token): elements 8c .. 8c+7 from this lane.
+template <int Dst>
+__device__ __forceinline__ void store_index8(const IndexCacheView& cache, std::int64_t page,
+                                             std::int64_t token, int c, const float* x, unsigned mask) {
+  (void)mask;  // no row reduction for bf16 and fp8 keys
+  store8<Dst>(cache.base, cache.offset(page, token, 8 * c), x, 1.0f);
+}
+
+// store_index8 for a tag known at run time (index_dst_tag), for kernels that
+// serve every index dtype from one instance.
+__device__ __forceinline__ void store_index8_tagged(int tag, const IndexCacheView& cache,
+                                                    std::int64_t page, std::int64_t token, int c,
+                                                    const float* x, unsigned mask) {
+  switch (tag) {
+    case kDstE4m3: store_index8<kDstE4m3>(cache, page, token, c, x, mask); break;
+    default: store_index8<kDstBf16>(cache, page, token, c, x, mask); break;
+  }
+}
+
+}  // namespace msa::cuda::insert_detail
