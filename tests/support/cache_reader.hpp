@@ -28,6 +28,11 @@ std::vector<double> read_query(const AttentionArgs& args, std::int64_t num_token
 void read_kv(const KVCacheView& cache, const BlockTable& table, std::int32_t r, std::int32_t head,
              std::int64_t seq_len, double* k, double* v);
 
+// Dequantized K and V of one (page, KV head, token) row.
+//   k, v: [128]
+void read_kv_row(const KVCacheView& cache, std::int64_t page, std::int32_t head, std::int64_t token, double* k,
+                 double* v);
+
 struct HeadKV {
   std::vector<double> k;  // [seq_len, 128]
   std::vector<double> v;  // [seq_len, 128]

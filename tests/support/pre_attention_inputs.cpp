@@ -34,11 +34,20 @@ std::vector<std::uint8_t> encode_table(const std::vector<float>& x, DType t) {
   return out;
 }
 
+// Random numbers from the raw mt19937_64 stream (fully specified by the
+// standard, unlike the <random> distributions), so a case's data is the same
+// with every standard library.
+double uniform(std::mt19937_64& rng) { return double(rng() >> 11) * 0x1p-53; }
+float normal(std::mt19937_64& rng) {
+  const double u1 = (double(rng() >> 11) + 1.0) * 0x1p-53;
+  return float(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * uniform(rng)));
+}
+
 // Distinct shuffled slots of `pages` pages, about one in six negative.
 std::vector<std::int64_t> random_slots(std::int64_t n, std::int64_t pages, std::mt19937_64& rng) {
   std::vector<std::int64_t> all(std::size_t(pages * kBlockSize));
   std::iota(all.begin(), all.end(), 0);
-  std::shuffle(all.begin(), all.end(), rng);
+  for (std::size_t i = all.size(); i > 1; --i) std::swap(all[i - 1], all[rng() % i]);
   std::vector<std::int64_t> s(all.begin(), all.begin() + n);
   for (auto& x : s)
     if (rng() % 6 == 0) x = -1 - std::int64_t(rng() % 300);
@@ -117,13 +126,11 @@ PreAttentionInputs make_pre_attention_inputs(const PreAttentionCase& c) {
   PreAttentionInputs in;
   in.c = c;
   std::mt19937_64 rng(c.seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> log_gain(-2.0f, 2.5f);
   const std::int64_t T = c.tokens, H = in.heads();
   in.qkv.assign(std::size_t(T * in.stride()), std::uint16_t{0x7FFF});  // NaN in the row padding
   for (std::int64_t i = 0; i < T; ++i)
     for (std::int64_t j = 0; j < H; ++j) {
-      const float gain = std::exp(log_gain(rng));
+      const float gain = float(std::exp(-2.0 + 4.5 * uniform(rng)));
       for (int d = 0; d < D; ++d)
         in.qkv[std::size_t(i * in.stride() + j * D + d)] = encode_half(c.src, gain * normal(rng));
     }
@@ -136,10 +143,9 @@ PreAttentionInputs make_pre_attention_inputs(const PreAttentionCase& c) {
     at(1, c.nq, 3) = encode_half(c.src, std::numeric_limits<float>::quiet_NaN());
     at(2, 0, 70) = encode_half(c.src, 3.0e4f);
   }
-  std::normal_distribution<float> wdist(0.0f, 0.5f);
   for (auto& w : in.weights) {
     std::vector<float> f(D);
-    for (float& x : f) x = wdist(rng);
+    for (float& x : f) x = 0.5f * normal(rng);
     w = encode_table(f, c.weight);
   }
   in.max_position = 3000 + std::int64_t(rng() % 2000);

@@ -74,6 +74,7 @@ TEST(Cli, BadOptionsExit2WithAMessage) {
         Case{"run --batch -1", "--batch"}, Case{"run --seed banana", "--seed"},
         Case{"run --decode-context-min 9 --decode-context-max 3", "--decode-context-max"},
         Case{"run --batch 0 --prefill-tokens 0", "empty"}, Case{"run --backend tpu", "--backend"},
+        Case{"run --input q", "--input"},
         Case{"frobnicate", "frobnicate"}, Case{"", "subcommand"}}) {
     SCOPED_TRACE(std::string("msa ") + c.args);
     const Result r = run_msa(c.args);
@@ -110,7 +111,8 @@ TEST(Cli, TinyRunPasses) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "PASS")) << r.output;
   for (const char* word :
-       {"decode", "prefill", "insert", "index", "attend", "relative Frobenius", "lse"}) {
+       {"decode", "prefill", "insert", "index", "attend", "relative Frobenius", "lse", "pre-attn",
+        "float64 norm + RoPE"}) {
     EXPECT_TRUE(contains(r.output, word)) << "no '" << word << "' in\n" << r.output;
   }
   std::ifstream f(json);
@@ -127,7 +129,7 @@ TEST(Cli, TinyRunsPassAcrossDtypesLayoutsAndTp) {
         "--tp 2 --kv-dtype fp8_e5m2 --kv-scales token --layout split",
         "--tp 8 --kv-dtype nvfp4 --index-dtype fp8_e4m3", "--kv-dtype fp16 --q-dtype fp16 --topk 5",
         "--q-dtype fp8_e4m3 --draft-tokens 0 --topk 64", "--batch 0 --prefill-tokens 300",
-        "--prefill-tokens 0 --batch 5 --draft-tokens 3"}) {
+        "--prefill-tokens 0 --batch 5 --draft-tokens 3", "--input kv --kv-dtype fp8_e4m3 --kv-scales token"}) {
     SCOPED_TRACE(std::string("msa ") + kTiny + extra);
     const Result r = run_msa(kTiny + extra);
     EXPECT_EQ(r.code, 0) << r.output;

@@ -132,10 +132,26 @@ void print_report(const RunReport& r, std::FILE* out) {
         out, "  %" PRId64 " non-finite values where the oracle has finite ones (or the reverse)\n",
         c.nonfinite_mismatches);
   }
+  if (r.pre_attention) {
+    const PreAttentionCheck& p = *r.pre_attention;
+    const PreAttentionCheck::Output* worst = p.worst();
+    std::int64_t differ = 0, values = 0;
+    for (const PreAttentionCheck::Output& o : p.outputs) differ += o.differ, values += o.checked ? o.values : 0;
+    std::fprintf(out,
+                 "  pre    q, index q, K, V, index keys of %s tokens against float64 norm + RoPE: max relative "
+                 "Frobenius error %.2e (%s), %" PRId64 " of %" PRId64 " values differ   bound %.0e   %s\n",
+                 with_commas(p.tokens).c_str(), worst ? worst->rel : 0.0, worst ? worst->name.c_str() : "-", differ,
+                 values, p.bound, verdict(p.passed()));
+    for (const PreAttentionCheck::Output& o : p.outputs)
+      if (!o.checked) std::fprintf(out, "         (%s not checked: the index cache dtype has no reader here)\n",
+                                   o.name.c_str());
+  }
   for (const std::string* p : {&c.out_problem, &c.lse_problem, &c.index_problem}) {
     if (!p->empty()) std::fprintf(out, "  first problem: %s\n", p->c_str());
   }
-  std::fprintf(out, "%s (total %s)\n", c.passed() ? "PASS" : "FAIL",
+  if (r.pre_attention && !r.pre_attention->problem.empty())
+    std::fprintf(out, "  first problem: %s\n", r.pre_attention->problem.c_str());
+  std::fprintf(out, "%s (total %s)\n", r.passed() ? "PASS" : "FAIL",
                format_seconds(r.total_seconds).c_str());
 }
 
@@ -207,8 +223,19 @@ nlohmann::json report_json(const RunReport& r) {
                 {"index_worst_gap", c.index_worst_gap},
                 {"problems", problems},
                 {"passed", c.passed()}};
+  if (r.pre_attention) {
+    json outputs = json::array();
+    for (const PreAttentionCheck::Output& o : r.pre_attention->outputs)
+      outputs.push_back({{"name", o.name}, {"values", o.values}, {"differ", o.differ}, {"rel_frobenius", o.rel},
+                         {"checked", o.checked}});
+    j["pre_attention"] = {{"tokens", r.pre_attention->tokens},
+                          {"bound", r.pre_attention->bound},
+                          {"outputs", outputs},
+                          {"problem", r.pre_attention->problem},
+                          {"passed", r.pre_attention->passed()}};
+  }
   j["total_seconds"] = r.total_seconds;
-  j["passed"] = c.passed();
+  j["passed"] = r.passed();
   return j;
 }
 

@@ -3,13 +3,17 @@
 // The default is a MiniMax-M3 TP4 rank (16 query heads, 1 KV head) serving a
 // mixed step: 8 decode requests with one draft token each, at cached contexts
 // spread over 8K..64K tokens, plus one chunked prefill of 1,536 new tokens on a
-// 32K cached context. The step runs insert, index and attend, and sampled rows
-// are checked against the float64 oracle. Exit 0 only if the check passes.
+// 32K cached context. The step starts from the fused QKV projection output
+// (qkv_step.hpp) and runs pre-attention (norm, RoPE, q out, K / V / index-key
+// insert), index and attend (--input kv: insert from ready K / V instead);
+// sampled rows are checked against the float64 oracle, and every token's
+// pre-attention outputs too. Exit 0 only if the checks pass.
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -18,6 +22,8 @@
 #include "msa/cpu.hpp"
 #include "msa/error.hpp"
 #include "oracle_check.hpp"
+#include "pre_attention_check.hpp"
+#include "qkv_step.hpp"
 #include "report.hpp"
 #include "step_stats.hpp"
 #include "workload.hpp"
@@ -49,6 +55,7 @@ struct RunOptions {
   std::uint64_t seed = 0;
   int threads = 0;
   std::string backend = "auto";  // auto: cuda when built with it and a device is visible
+  std::string input = "qkv";     // qkv: pre-attention from the QKV projection; kv: insert alone
   int decode_rows = 32;   // oracle rows sampled among the decode tokens
   int prefill_rows = 24;  // oracle rows sampled among the prefill tokens
   std::string json;
@@ -191,13 +198,15 @@ int run(const RunOptions& o) {
   report.stages.push_back(
       {"setup", seconds_since(t0), with_commas(cached) + " cached tokens generated and inserted"});
 
+  std::optional<QkvStep> qkv;
+  if (o.input == "qkv") qkv = make_qkv_step(w);
   const StepView step = w.step();
   const cpu::Options cpu = w.cpu_options();
   double insert_s = 0.0, index_s = 0.0, attend_s = 0.0;
   if (use_cuda) {
 #if MSA_HAVE_CUDA
     progress.say("cuda: insert, index and attend on the GPU");
-    const CudaStageTimes t = run_step_cuda(w);
+    const CudaStageTimes t = run_step_cuda(w, qkv ? &*qkv : nullptr);
     report.backend = "cuda (" + t.device + "; stage times are CUDA events)";
     insert_s = t.insert_s;
     index_s = t.index_s;
@@ -205,8 +214,12 @@ int run(const RunOptions& o) {
 #endif
   } else {
     t0 = Clock::now();
-    cpu::insert_kv(w.kv_view(), w.insert_kv_args(), cpu);
-    cpu::insert_index(w.index_view(), w.insert_index_args(), cpu);
+    if (qkv) {
+      cpu::pre_attention(w.kv_view(), w.index_view(), qkv->args(w), cpu);
+    } else {
+      cpu::insert_kv(w.kv_view(), w.insert_kv_args(), cpu);
+      cpu::insert_index(w.index_view(), w.insert_index_args(), cpu);
+    }
     insert_s = seconds_since(t0);
     progress.say("index: scoring blocks and selecting the top-k");
     t0 = Clock::now();
@@ -218,7 +231,10 @@ int run(const RunOptions& o) {
     attend_s = seconds_since(t0);
   }
   report.stages.push_back(
-      {"insert", insert_s, with_commas(w.num_tokens()) + " tokens: K, V and index key"});
+      {qkv ? "pre-attn" : "insert", insert_s,
+       with_commas(w.num_tokens()) +
+           (qkv ? " tokens: Q/K norm and RoPE, q and index q out, K, V and index key inserted"
+                : " tokens: K, V and index key")});
   report.stats = step_stats(w);
   report.stages.push_back({"index", index_s,
                            format_count(double(report.stats.index_keys_scored)) +
@@ -237,6 +253,7 @@ int run(const RunOptions& o) {
   const bool low_precision_maths =
       use_cuda && (is_fp8(spec.kv_dtype) || spec.kv_dtype == DType::nvfp4 || is_fp8(spec.q_dtype));
   report.check = check_rows(w, rows, contract_tolerance(low_precision_maths));
+  if (qkv) report.pre_attention = check_pre_attention(w, *qkv);
   report.stages.push_back(
       {"check", seconds_since(t0),
        std::to_string(rows.size()) + " rows against float64 dense masked attention"});
@@ -249,7 +266,7 @@ int run(const RunOptions& o) {
     f << report_json(report).dump(2) << '\n';
     MSA_CHECK(f.good(), "--json ", o.json, ": cannot write the file");
   }
-  return report.check.passed() ? kExitOk : kExitFailed;
+  return report.passed() ? kExitOk : kExitFailed;
 }
 
 }  // namespace
@@ -340,6 +357,11 @@ Command add_run_command(CLI::App& msa) {
       ->capture_default_str();
   app->add_option("--prefill-rows", o->prefill_rows, "prefill tokens checked against the oracle")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app->add_option("--input", o->input,
+                  "what the step starts from: qkv (the fused QKV projection output, through pre-attention) or "
+                  "kv (ready K, V, index keys and queries, through the insert)")
+      ->check(CLI::IsMember({"qkv", "kv"}))
       ->capture_default_str();
   app->add_option("--json", o->json, "also write the report as JSON to this file");
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");

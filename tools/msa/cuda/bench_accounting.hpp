@@ -28,7 +28,11 @@
 namespace msa::tool {
 
 // ---- cases -------------------------------------------------------------------
-enum class BenchOp : std::uint8_t { attend, index };
+enum class BenchOp : std::uint8_t { attend, index, pre_attention };
+
+inline const char* bench_op_name(BenchOp op) {
+  return op == BenchOp::attend ? "attend" : op == BenchOp::index ? "index" : "pre_attention";
+}
 
 struct BenchCase {
   BenchOp op = BenchOp::attend;
@@ -48,6 +52,10 @@ struct BenchCase {
   // e.g. "attend prefill 16/1 bf16 ctx=170K b=4 q=1536", "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4"
   std::string name() const {
     std::ostringstream s;
+    if (op == BenchOp::pre_attention) {  // e.g. "pre_attention 64/4 nvfp4 n=4096" (batch: the tokens)
+      s << "pre_attention " << num_q_heads << '/' << num_kv_heads << ' ' << dtype_name(dtype) << " n=" << batch;
+      return s.str();
+    }
     s << (op == BenchOp::attend ? "attend " : "index ") << mode() << ' ' << num_q_heads << '/'
       << num_kv_heads << ' ' << dtype_name(dtype) << " ctx=";
     if (context % 1024 == 0) s << context / 1024 << 'K';

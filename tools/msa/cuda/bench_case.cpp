@@ -11,6 +11,7 @@
 // to the caches, or written).
 #include "bench_case.hpp"
 
+#include "bench_pre_attention_case.hpp"
 #include <algorithm>
 #include <functional>
 #include <vector>
@@ -276,6 +277,7 @@ BenchResult run_bench_case(const BenchCase& c, const BenchSettings& s, cuda::Str
   res.c = c;
   try {
     if (c.op == BenchOp::attend) bench_attend(c, s, stream, res);
+    else if (c.op == BenchOp::pre_attention) bench_pre_attention(c, s, stream, res);
     else bench_index(c, s, stream, res);
   } catch (const std::exception& e) {
     res.error = e.what();

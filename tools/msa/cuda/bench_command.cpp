@@ -17,6 +17,7 @@
 #include "bench_accounting.hpp"
 #include "bench_case.hpp"
 #include "bench_ceilings.hpp"
+#include "bench_pre_attention.hpp"
 #include "commands.hpp"
 #include "cuda/attention/heuristics.hpp"
 #include "cuda/common/check.cuh"
@@ -55,7 +56,7 @@ const char* kClockQuery =
 nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
   const BenchCase& c = r.c;
   nlohmann::json j = {{"name", c.name()},
-                      {"op", c.op == BenchOp::attend ? "attend" : "index"},
+                      {"op", bench_op_name(c.op)},
                       {"mode", c.mode()},
                       {"num_q_heads", c.num_q_heads},
                       {"num_kv_heads", c.num_kv_heads},
@@ -75,7 +76,8 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
                   {"p90", r.time.p90_us}, {"replays", r.time.samples}};
   j["flops"] = r.traffic.flops;
   j["bytes"] = r.traffic.bytes;
-  j[c.op == BenchOp::attend ? "attended_keys" : "scored_keys"] = r.traffic.keys;
+  if (c.op == BenchOp::pre_attention) j["bytes_per_token"] = r.traffic.bytes / double(c.num_tokens());
+  else j[c.op == BenchOp::attend ? "attended_keys" : "scored_keys"] = r.traffic.keys;
   j["distinct_blocks"] = r.traffic.blocks;
   j["tflops"] = tflops;
   j["gbps"] = gbps;
@@ -113,7 +115,7 @@ int run_bench(const BenchOptions& o) {
   const std::string set = o.quick ? "quick" : o.set;
 
   std::vector<BenchCase> cases;
-  for (const BenchCase& c : bench_case_set(set))
+  for (const BenchCase& c : set == "pre_attention" ? pre_attention_bench_cases() : bench_case_set(set))
     if (matches_any(c, o.filters)) cases.push_back(c);
   if (o.list) {
     for (const BenchCase& c : cases) std::printf("%s\n", c.name().c_str());
@@ -266,10 +268,11 @@ Command register_bench(CLI::App& app) {
       "machine's copy-bandwidth and GEMM ceilings measured in the same run. See bench/README.md.");
   CLI::Option* set =
       sub->add_option("--set", o->set,
-                      "case set: default (the full sweep), quick (about a dozen cases, well under two minutes) or "
-                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K)")
+                      "case set: default (the full sweep), quick (about a dozen cases, well under two minutes), "
+                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K) or "
+                      "pre_attention (the fused norm, RoPE and insert step, 1 to 32K tokens, every KV dtype)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"default", "quick", "production"}));
+          ->check(CLI::IsMember({"default", "quick", "production", "pre_attention"}));
   sub->add_flag("--quick", o->quick, "the same as --set quick")->excludes(set);
   sub->add_option("--case", o->filters,
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")

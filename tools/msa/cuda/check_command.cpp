@@ -147,7 +147,8 @@ Command register_check(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "check",
       "Randomized differential test of the GPU against the CPU engine: insert (cache bytes identical), "
-      "index (scores close, top-k identical) and attend (out and lse close) over KV dtypes, layouts, "
+      "index (scores close, top-k identical), attend (out and lse close) and pre-attention (q and cache bytes "
+      "identical) over KV dtypes, layouts, "
       "GQA groups, top-k and batch shapes. Exit 0 only if every check passes; 2 without a CUDA device.");
   sub->add_option("--seed", o->seed, "seed of the case list and data")->capture_default_str();
   sub->add_option("--cases", o->cases, "number of cases")->capture_default_str()->check(CLI::Range(1, 100000));

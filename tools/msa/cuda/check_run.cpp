@@ -5,7 +5,9 @@
 //  insert: cache bytes (and per-token scales) bit-identical to cpu::insert_*;
 //  index:  scores close to cpu::block_scores on the GPU's index cache, and the
 //          GPU's top-k bit-identical to cpu::select_row on the GPU's scores;
-//  attend: out and lse close to cpu::attend on the GPU's cache and the same top-k.
+//  attend: out and lse close to cpu::attend on the GPU's cache and the same top-k;
+//  pre-attention: q, index q and cache bytes identical to cpu::pre_attention's
+//          (check_pre_attention.hpp).
 #include "check_run.hpp"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 
 #include "check_compare.hpp"
 #include "check_data.hpp"
+#include "check_pre_attention.hpp"
 #include "device_memory.hpp"
 #include "msa/cpu.hpp"
 #include "msa/error.hpp"
@@ -401,6 +404,7 @@ CaseResult run_check_case(const CheckCase& c, cuda::Stream stream) {
     upload_step(st);
     index_stage(st);
     attend_stage(st);
+    pre_attention_stage(c, stream, st.check, result.rows, st.recorded);
     std::string notes;
     for (const std::string& r : st.recorded) notes += (notes.empty() ? "" : "; ") + r;
     result.rows.push_back(row("device_check", double(st.recorded.size()), 0, notes));

@@ -34,7 +34,7 @@ double time_on(cudaStream_t stream, Fn&& fn) {
 
 }  // namespace
 
-CudaStageTimes run_step_cuda(Workload& w) {
+CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
   CudaStageTimes times;
   times.device = device_info().name;
   cudaStream_t stream;
@@ -52,7 +52,7 @@ CudaStageTimes run_step_cuda(Workload& w) {
   const DeviceBuffer new_k = to_device(w.new_k), new_v = to_device(w.new_v);
   const DeviceBuffer new_index_k = to_device(w.new_index_k);
   const DeviceBuffer slots = to_device(w.slots), index_slots = to_device(w.index_slots);
-  const DeviceBuffer q = to_device(w.q), index_q = to_device(w.index_q);
+  DeviceBuffer q = to_device(w.q), index_q = to_device(w.index_q);
   DeviceBuffer topk(w.topk.size() * sizeof(std::int32_t));
   DeviceBuffer out(w.out.size());
   DeviceBuffer lse(w.lse.size() * sizeof(float));
@@ -75,6 +75,28 @@ CudaStageTimes run_step_cuda(Workload& w) {
   InsertIndexArgs insert_index = w.insert_index_args();
   insert_index.index_k = new_index_k.get();
   insert_index.slots = index_slots.as<std::int64_t>();
+
+  // Pre-attention: the qkv rows, weights, rope table and positions.
+  DeviceBuffer d_qkv, weights, cos_sin, positions;
+  PreAttentionArgs pre;
+  if (qkv) {
+    d_qkv = to_device(qkv->qkv);
+    weights = to_device(qkv->weights);
+    cos_sin = to_device(qkv->cos_sin);
+    positions = to_device(qkv->positions);
+    pre = qkv->args(w);
+    pre.qkv = d_qkv.get();
+    pre.positions = positions.as<std::int64_t>();
+    pre.q_weight = weights.as<float>();
+    pre.k_weight = weights.as<float>() + kHeadDim;
+    pre.index_q_weight = weights.as<float>() + 2 * kHeadDim;
+    pre.index_k_weight = weights.as<float>() + 3 * kHeadDim;
+    pre.cos_sin = cos_sin.get();
+    pre.q = q.get();
+    pre.index_q = index_q.get();
+    pre.slots = slots.as<std::int64_t>();
+    pre.index_slots = index_slots.as<std::int64_t>();
+  }
 
   IndexerArgs ia = w.indexer_args();
   ia.index_q = index_q.get();
@@ -110,8 +132,12 @@ CudaStageTimes run_step_cuda(Workload& w) {
                             stream),
             "cudaMemcpyAsync");
     times.insert_s = time_on(stream, [&] {
-      cuda::insert_kv(kv_view, insert_kv, s, check);
-      cuda::insert_index(ia.cache, insert_index, s, check);
+      if (qkv) {
+        cuda::pre_attention(kv_view, ia.cache, pre, s, check);
+      } else {
+        cuda::insert_kv(kv_view, insert_kv, s, check);
+        cuda::insert_index(ia.cache, insert_index, s, check);
+      }
     });
   }
   // ---- index and attend (warm-up, then timed) --------------------------------------
@@ -131,6 +157,8 @@ CudaStageTimes run_step_cuda(Workload& w) {
   if (!w.k_scales.empty()) k_scales.download(w.k_scales.data(), w.k_scales.size() * sizeof(float));
   if (!w.v_scales.empty()) v_scales.download(w.v_scales.data(), w.v_scales.size() * sizeof(float));
   index_cache.download(w.index_bytes.data(), w.index_bytes.size());
+  q.download(w.q.data(), w.q.size());
+  index_q.download(w.index_q.data(), w.index_q.size());
   topk.download(w.topk.data(), w.topk.size() * sizeof(std::int32_t));
   out.download(w.out.data(), w.out.size());
   lse.download(w.lse.data(), w.lse.size() * sizeof(float));

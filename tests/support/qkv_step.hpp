@@ -1,0 +1,36 @@
+// A Workload's step as the fused QKV projection output, for pre-attention
+// (msa/pre_attention.hpp): per token the query, K, V, index-query and
+// index-key heads the workload generated (its q, new_k, new_v, index_q and
+// new_index_k), each head at a random gain, in the workload's source dtype;
+// random norm weights; the rope table of MiniMax-M3's theta up to the step's
+// last position; the tokens' positions. Pre-attention over these arguments
+// writes the workload's q and index_q buffers and inserts K, V and the index
+// keys at its slots. Deterministic in the workload's seed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "msa/pre_attention.hpp"
+#include "workload.hpp"
+
+namespace msa {
+
+struct QkvStep {
+  std::vector<std::uint8_t> qkv;        // [num_tokens, (nq + 3 * nkv + 1) * 128] src dtype
+  std::vector<float> weights;           // [4, 128]: q, k, index q, index k (f32)
+  std::vector<float> cos_sin;           // [max_position, 64] (f32)
+  std::vector<std::int64_t> positions;  // [num_tokens] (0 for padding tokens)
+  std::int64_t max_position = 0;
+
+  // The arguments over these buffers and the workload's (host memory): q into
+  // w.q (q_dtype, with w.q_scale), index q into w.index_q, slots w.slots and
+  // w.index_slots.
+  PreAttentionArgs args(Workload& w) const;
+};
+
+// Also sets w.q_scale for an fp8 query: the step's q comes out of the norm, so
+// the scale leaves room above the workload's (1.5x).
+QkvStep make_qkv_step(Workload& w, double rope_theta = kM3RopeTheta);
+
+}  // namespace msa
