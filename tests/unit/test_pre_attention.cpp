@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/pre_attention_math.hpp"
+#include "cuda/pre_attention/fast_divide.hpp"
 #include "msa/cache.hpp"
 #include "msa/cpu.hpp"
 #include "msa/error.hpp"
@@ -428,6 +429,25 @@ TEST(PreAttention, BadInputNamesArgumentIndexAndValue) {
   expect_error(call([](A&, K&, I& i) { i.dtype = DType::fp16; }), {"index_cache.dtype", "fp16"});
   // A failed call leaves everything untouched.
   EXPECT_TRUE(in.q == before.q && in.cache == before.cache && in.index_cache == before.index_cache);
+}
+
+// The kernel's (token, head) split: exact for every divisor it may meet and
+// dividends up to 2^31 - 1.
+TEST(PreAttention, FastDivideIsExact) {
+  std::mt19937_64 rng(5);
+  std::vector<std::uint32_t> divisors;
+  for (std::uint32_t d = 1; d <= 600; ++d) divisors.push_back(d);
+  for (std::uint32_t d : {1023u, 1024u, 1025u, 65535u, 65536u, 65537u, 1000003u, 0x7FFFFFFFu}) divisors.push_back(d);
+  for (std::uint32_t d : divisors) {
+    const msa::cuda::FastDivisor f(d);
+    std::vector<std::uint32_t> ns = {0u, 1u, d - 1, d, d + 1, 0x7FFFFFFFu, 0x7FFFFFFFu - d};
+    for (std::uint32_t k = 1; k < 64; ++k) ns.push_back(k * d - 1), ns.push_back(k * d);
+    for (int k = 0; k < 200; ++k) ns.push_back(std::uint32_t(rng() >> 33));
+    for (std::uint32_t n : ns) {
+      if (n > 0x7FFFFFFFu) continue;
+      ASSERT_EQ(f.divide(n), n / d) << n << " / " << d;
+    }
+  }
 }
 
 }  // namespace

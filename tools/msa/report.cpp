@@ -138,10 +138,10 @@ void print_report(const RunReport& r, std::FILE* out) {
     std::int64_t differ = 0, values = 0;
     for (const PreAttentionCheck::Output& o : p.outputs) differ += o.differ, values += o.checked ? o.values : 0;
     std::fprintf(out,
-                 "  pre    q, index q, K, V, index keys of %s tokens against float64 norm + RoPE: max relative "
-                 "Frobenius error %.2e (%s), %" PRId64 " of %" PRId64 " values differ   bound %.0e   %s\n",
-                 with_commas(p.tokens).c_str(), worst ? worst->rel : 0.0, worst ? worst->name.c_str() : "-", differ,
-                 values, p.bound, verdict(p.passed()));
+                 "  pre    q, index q, K, V, index keys of %s tokens against float64 norm + RoPE: max relative\n"
+                 "         Frobenius error %.2e (%s), %s of %s values differ   bound %.0e   %s\n",
+                 with_commas(p.tokens).c_str(), worst ? worst->rel : 0.0, worst ? worst->name.c_str() : "-",
+                 with_commas(differ).c_str(), with_commas(values).c_str(), p.bound, verdict(p.passed()));
     for (const PreAttentionCheck::Output& o : p.outputs)
       if (!o.checked) std::fprintf(out, "         (%s not checked: the index cache dtype has no reader here)\n",
                                    o.name.c_str());

@@ -26,6 +26,7 @@
 #include "cuda/common/device_check.cuh"
 #include "cuda/insert/insert_store.cuh"
 #include "cuda/insert/insert_util.cuh"
+#include "cuda/pre_attention/fast_divide.hpp"
 #include "msa/cuda.hpp"
 #include "msa/error.hpp"
 #include "msa/numeric.hpp"
@@ -48,6 +49,9 @@ constexpr int kTableFp16 = 2;
 constexpr int kThreads = 256;
 constexpr int kHalves = kThreads / 16;  // items side by side in a block
 constexpr int kItems = 2;               // items per half, kHalves apart
+// At least 3 blocks per SM: ptxas then keeps every instance under 85
+// registers without spilling (left to itself it caps them at 64 and spills).
+constexpr int kMinBlocks = 3;
 
 struct PreAttentionParams {
   KVCacheView cache;
@@ -57,6 +61,7 @@ struct PreAttentionParams {
   std::int64_t row_stride = 0;            // elements
   std::int64_t num_tokens = 0;
   std::uint32_t heads = 0;                // per token: nq + 2 * nkv + niq + 1
+  FastDivisor by_heads;                   // item -> token
   std::uint32_t items = 0;                // num_tokens * heads (< 2^31)
   std::int32_t nq = 0, nkv = 0, niq = 0;
   const std::int64_t* positions = nullptr;  // [num_tokens]
@@ -110,8 +115,10 @@ __device__ __forceinline__ std::uint32_t float2_to_half2(float a, float b) {
     const __half2 h = __floats2half2_rn(a, b);
     memcpy(&w, &h, sizeof(w));
   }
-  if (a != a) w = (w & 0xFFFF0000u) | 0x7FFFu;
-  if (b != b) w = (w & 0x0000FFFFu) | 0x7FFF0000u;
+  if (__builtin_expect(a != a || b != b, 0)) {
+    if (a != a) w = (w & 0xFFFF0000u) | 0x7FFFu;
+    if (b != b) w = (w & 0x0000FFFFu) | 0x7FFF0000u;
+  }
   return w;
 }
 
@@ -204,7 +211,7 @@ template <int Src>
 __device__ __forceinline__ void load_item(const PreAttentionParams& p, std::uint32_t item, int c, Item& it) {
   it.valid = item < p.items;
   if (!it.valid) return;
-  const std::uint32_t token = item / p.heads;
+  const std::uint32_t token = p.by_heads.divide(item);
   it.token = token;
   it.head = static_cast<std::int32_t>(item - token * p.heads);
   it.kind = pre::head_kind(it.head, p.nq, p.nkv, p.niq);
@@ -313,7 +320,7 @@ __device__ __forceinline__ void process_item(const PreAttentionParams& p, Item& 
 }
 
 template <int Src, int Dst>
-__global__ void __launch_bounds__(kThreads) pre_attention_kernel(const PreAttentionParams p) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks) pre_attention_kernel(const PreAttentionParams p) {
   const int lane = threadIdx.x & 31;
   const int c = lane & 15;
   const unsigned mask = 0xFFFFu << (lane & 16);  // this half's lanes
@@ -359,6 +366,7 @@ void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache, 
   p.row_stride = a.row_stride();
   p.num_tokens = a.num_tokens;
   p.heads = static_cast<std::uint32_t>(a.heads_per_token());
+  p.by_heads = FastDivisor(p.heads);
   p.items = static_cast<std::uint32_t>(items);
   p.nq = a.num_q_heads;
   p.nkv = a.num_kv_heads;
