@@ -267,9 +267,10 @@ Command register_bench(CLI::App& app) {
   CLI::Option* set =
       sub->add_option("--set", o->set,
                       "case set: default (the full sweep), quick (about a dozen cases, well under two minutes) or "
-                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K)")
+                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K) or index "
+                      "(the indexer over bf16, fp8 and nvfp4 index caches: decode / verify at 32K-128K, production prefill)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"default", "quick", "production"}));
+          ->check(CLI::IsMember({"default", "quick", "production", "index"}));
   sub->add_flag("--quick", o->quick, "the same as --set quick")->excludes(set);
   sub->add_option("--case", o->filters,
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")
