@@ -9,10 +9,10 @@
 // single long request spreads over every SM and a large batch keeps each CTA
 // on one or two requests.
 //
-// A CTA is one producer warp and kConsumers consumer warps around a ring of
+// A CTA is one producer warp and up to 8 consumer warps around a ring of
 // shared-memory stages, one block of index keys each (bf16 and fp8 by TMA
 // tensor loads in the 128-byte swizzle, nvfp4 pages by a bulk copy), with
-// full / empty mbarriers. Consumer warp w takes the CTA's blocks w, w + 8, ...
+// full / empty mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
 // and scores all 128 keys of a block against the unit's rows with mma.sync:
 // the keys are the M side (8 m-tiles of 16), the unit's rows the N side (1-4
 // n-tiles of 8, their fragments kept in registers while the unit lasts), so a
@@ -47,8 +47,6 @@ using attention::ldmatrix_x4;
 using attention::smem_u32;
 namespace sm90 = attention::sm90;
 
-constexpr int kConsumers = 8;
-constexpr int kThreads = (kConsumers + 1) * 32;
 constexpr int kRingBytes = 192 * 1024;
 
 template <DecodeKeys K>
@@ -62,6 +60,18 @@ constexpr int stage_bytes() {
 template <DecodeKeys K>
 constexpr int num_stages() {
   return kRingBytes / stage_bytes<K>();
+}
+// Consumer warps: 8 (two per SM sub-partition, so that one converts while the
+// other multiplies), at most one per stage: a warp then never waits for a
+// stage two rounds ahead of the producer, where the barrier's parity would
+// read as done.
+template <DecodeKeys K>
+constexpr int num_consumers() {
+  return num_stages<K>() < 8 ? num_stages<K>() : 8;
+}
+template <DecodeKeys K>
+constexpr int num_threads() {
+  return (num_consumers<K>() + 1) * 32;
 }
 
 struct Params {
@@ -133,35 +143,45 @@ struct StageInfo {
 };
 
 // ---- the producer ----------------------------------------------------------------
+// The whole producer warp walks the CTA's range; lane 0 issues. Page ids are
+// read 32 at a time (one coalesced load of a run of the unit's block-table
+// row), so that no block waits on a dependent load of its page id.
 template <DecodeKeys K>
 __device__ void produce(const Params& p, const CUtensorMap* map, const Range& range, std::uint8_t* ring,
-                        std::uint64_t* full, std::uint64_t* empty, StageInfo* info) {
+                        std::uint64_t* full, std::uint64_t* empty, StageInfo* info, int lane) {
   constexpr int S = num_stages<K>();
   std::int32_t u = range.unit, b = range.block, nb = range.count > 0 ? unit_blocks(p, u) : 0;
-  for (std::int32_t k = 0; k < range.count; ++k) {
-    const int s = k % S;
-    sm90::mbar_wait(smem_u32(&empty[s]), ((k / S) & 1) ^ 1);
+  for (std::int32_t k = 0; k < range.count;) {
     const std::int32_t r = u / p.l.units_per_request;
-    const std::int32_t page = p.table.at(r, b);
-    const bool ok = page >= 0 && page < p.num_pages;
-    info[s] = StageInfo{u, b, ok ? 1 : 0};
-    const std::uint32_t bar = smem_u32(&full[s]);
-    const std::uint32_t dst = smem_u32(ring + s * stage_bytes<K>());
-    if (!ok) {
-      detail::record_bad(p.check, detail::kBadIndexBlockTable, r, b, 0, page, p.num_pages);
-      sm90::mbar_arrive(bar);
-    } else {
-      sm90::mbar_arrive_expect_tx(bar, block_bytes<K>());
-      if constexpr (K == DecodeKeys::bf16) {
-        sm90::tma_load_3d(dst, map, bar, 0, 0, page);
-        sm90::tma_load_3d(dst + 16384, map, bar, 64, 0, page);
-      } else if constexpr (K == DecodeKeys::e4m3) {
-        sm90::tma_load_3d(dst, map, bar, 0, 0, page);
+    const std::int32_t run = min(min(32, nb - b), range.count - k);
+    const std::int32_t page_of_lane = lane < run ? p.table.at(r, b + lane) : -1;
+    for (std::int32_t i = 0; i < run; ++i, ++k) {
+      const std::int32_t page = __shfl_sync(0xffffffffu, page_of_lane, i);
+      if (lane != 0) continue;
+      const int s = k % S;
+      sm90::mbar_wait(smem_u32(&empty[s]), ((k / S) & 1) ^ 1);
+      const bool ok = page >= 0 && page < p.num_pages;
+      info[s] = StageInfo{u, b + i, ok ? 1 : 0};
+      const std::uint32_t bar = smem_u32(&full[s]);
+      const std::uint32_t dst = smem_u32(ring + s * stage_bytes<K>());
+      if (!ok) {
+        detail::record_bad(p.check, detail::kBadIndexBlockTable, r, b + i, 0, page, p.num_pages);
+        sm90::mbar_arrive(bar);
       } else {
-        sm90::bulk_load(dst, p.keys + std::int64_t(page) * p.page_bytes, block_bytes<K>(), bar);
+        sm90::mbar_arrive_expect_tx(bar, block_bytes<K>());
+        if constexpr (K == DecodeKeys::bf16) {
+          sm90::tma_load_3d(dst, map, bar, 0, 0, page);
+          sm90::tma_load_3d(dst + 16384, map, bar, 64, 0, page);
+        } else if constexpr (K == DecodeKeys::e4m3) {
+          sm90::tma_load_3d(dst, map, bar, 0, 0, page);
+        } else {
+          sm90::bulk_load(dst, p.keys + std::int64_t(page) * p.page_bytes, block_bytes<K>(), bar);
+        }
       }
     }
-    if (++b == nb) {
+    __syncwarp();
+    b += run;
+    if (b == nb) {
       do {
         ++u;
       } while (u < p.l.num_units && (nb = unit_blocks(p, u)) == 0);
@@ -329,7 +349,7 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
   const int g = lane >> 2, c = lane & 3;
   constexpr int kMaxNTiles = Unit<K, Q>::kNTiles;
   Unit<K, Q> un;
-  for (std::int32_t k = warp; k < range.count; k += kConsumers) {
+  for (std::int32_t k = warp; k < range.count; k += num_consumers<K>()) {
     const int s = k % S;
     sm90::mbar_wait(smem_u32(&full[s]), (k / S) & 1);
     const StageInfo si = info[s];
@@ -391,7 +411,7 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
 }
 
 template <DecodeKeys K, DecodeQuery Q>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(num_threads<K>(), 1)
     decode_scores_kernel(const __grid_constant__ CUtensorMap map, const Params p) {
   constexpr int S = num_stages<K>();
   extern __shared__ std::uint8_t smem_raw[];
@@ -401,7 +421,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   std::uint8_t* ring = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
                                                        ~std::uintptr_t(1023));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  if (warp == kConsumers) {
+  constexpr int kProducer = num_consumers<K>();  // the last warp
+  if (warp == kProducer) {
     const Range r = cta_range(p, lane);
     if (lane == 0) {
       range = r;
@@ -414,8 +435,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   const Range r = range;
-  if (warp == kConsumers) {
-    if (lane == 0) produce<K>(p, &map, r, ring, full, empty, info);
+  if (warp == kProducer) {
+    produce<K>(p, &map, r, ring, full, empty, info, lane);
   } else {
     consume<K, Q>(p, r, ring, full, empty, info, warp, lane);
   }
@@ -428,7 +449,7 @@ void launch(const CUtensorMap& map, const Params& p, int grid, cudaStream_t stre
   attention::once_per_device(prepared, [](int) {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(decode_scores_kernel<K, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   });
-  decode_scores_kernel<K, Q><<<grid, kThreads, smem, stream>>>(map, p);
+  decode_scores_kernel<K, Q><<<grid, num_threads<K>(), smem, stream>>>(map, p);
   MSA_CUDA_CHECK_LAUNCH();
 }
 

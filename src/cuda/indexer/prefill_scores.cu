@@ -163,6 +163,7 @@ struct StageInfo {
   std::int32_t block;
   std::int32_t page_ok;
   std::int32_t new_tile;  // first block of a tile in this CTA: wait for its queries
+  std::int32_t tile_end;  // last block of its tile: the queries buffer is free after it
   std::int32_t row0;      // the tile's first row (t * H + h)
   std::int32_t rows;      // its rows (<= 256)
   std::int32_t row_in_req;  // row0's index among its request's rows
@@ -216,6 +217,7 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
     si.block = b;
     si.page_ok = ok ? 1 : 0;
     si.new_tile = new_tile ? 1 : 0;
+    si.tile_end = b + 1 == nb ? 1 : 0;
     si.row0 = row0;
     si.rows = min(kTile, qlen * p.num_heads - row_in_req);
     si.row_in_req = row_in_req;
@@ -259,16 +261,33 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   std::int32_t tiles_seen = 0;
   float d[2][64];
+  // Positions of this thread's four rows in the current tile (-1: no row).
+  std::int32_t pos[2][2] = {{-1, -1}, {-1, -1}};
   for (std::int32_t k = 0; k < range.count; ++k) {
     const int s = k % kStages;
     sm90::mbar_wait(smem_u32(&full[s]), (k / kStages) & 1);
     const StageInfo si = info[s];
+    if (si.new_tile || k == 0) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+          pos[m][half] = local < si.rows ? si.pos_req + (si.row_in_req + local) / p.num_heads : -1;
+        }
+      }
+    }
     if (si.new_tile) {
-      if (tiles_seen > 0 && tid == 0) sm90::mbar_arrive(smem_u32(q_empty));
       sm90::mbar_wait(smem_u32(q_full), tiles_seen & 1);
       ++tiles_seen;
     }
-    if (si.page_ok) {
+    // Ping-pong: the two warpgroups issue their MMAs in turns (0, 1, 0, ...),
+    // so that one reduces its block while the other's MMAs run.
+    if (wg == 1) sm90::named_barrier_sync(3, 256);
+    else if (k > 0) sm90::named_barrier_sync(4, 256);
+    {
+      // A stage whose page was out of range holds stale keys: multiplied
+      // anyway (no branch around the wgmma group), its scores discarded.
       const std::uint8_t* stage = ring + s * key_bytes<K>();
       sm90::wgmma_fence();
 #pragma unroll
@@ -288,42 +307,57 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
         }
       }
       sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(d[0]);
-      sm90::fence_registers(d[1]);
     }
-    // The stage is free once this warpgroup's MMAs have read it.
+    sm90::named_barrier_arrive(wg == 0 ? 3 : 4, 256);
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(d[0]);
+    sm90::fence_registers(d[1]);
+    // The stage (and after a tile's last block, the queries) is free once
+    // this warpgroup's MMAs have read it.
     sm90::named_barrier_sync(1 + wg, 128);
-    if (tid == 0) sm90::mbar_arrive(smem_u32(&empty[s]));
+    if (tid == 0) {
+      sm90::mbar_arrive(smem_u32(&empty[s]));
+      if (si.tile_end) sm90::mbar_arrive(smem_u32(q_empty));
+    }
     const std::int32_t first_key = si.block * kBlockSize;
     const bool partial = first_key + kBlockSize - 1 > si.pos0;
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
-        const std::int32_t pos = si.pos_req + (si.row_in_req + local) / p.num_heads;
         float mx = kNaN;
         if (si.page_ok) {
-          const std::int32_t lim = pos - first_key;
+          // NaN-lowest max of the row's 32 columns here, as a tree.
+          float v[16];
 #pragma unroll
           for (int j = 0; j < 16; ++j) {
             float v0 = d[m][4 * j + 2 * half], v1 = d[m][4 * j + 2 * half + 1];
             if (partial) {
+              const std::int32_t lim = pos[m][half] - first_key;
               if (8 * j + 2 * c > lim) v0 = kNaN;
               if (8 * j + 2 * c + 1 > lim) v1 = kNaN;
             }
-            mx = fmaxf(mx, fmaxf(v0, v1));
+            v[j] = fmaxf(v0, v1);
           }
+#pragma unroll
+          for (int w = 8; w >= 1; w >>= 1) {
+#pragma unroll
+            for (int j = 0; j < w; ++j) v[j] = fmaxf(v[j], v[j + w]);
+          }
+          mx = v[0];
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        if (c == half && local < si.rows) {
-          p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] = first_key > pos ? -INFINITY : mx;
+        const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+        if (c == half && pos[m][half] >= 0) {
+          p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] =
+              first_key > pos[m][half] ? -INFINITY : mx;
         }
       }
     }
   }
+  // The last turn of warpgroup 1 is not waited for by a next block of 0.
+  if (wg == 0 && range.count > 0) sm90::named_barrier_sync(4, 256);
 }
 
 template <PrefillKeys K>
