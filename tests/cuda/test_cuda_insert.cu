@@ -319,11 +319,12 @@ void run_index_case(const IndexCase& c) {
     bad_index = c.num_tokens - 3;
     slots[bad_index] = c.num_pages * msa::kBlockSize;
   }
-  msa::IndexCacheView view;
-  view.dtype = c.dtype;
-  view.num_pages = c.num_pages;
-  view.page_stride = std::int64_t(msa::kBlockSize) * msa::kHeadDim + c.page_pad;
-  const std::size_t bytes = std::size_t(c.num_pages * view.page_stride) * msa::dtype_bytes(c.dtype);
+  // nvfp4: 72-byte token rows, page stride in bytes.
+  const bool fp4 = c.dtype == DType::nvfp4;
+  const std::int64_t compact = fp4 ? msa::index_nvfp4::kPageBytes : std::int64_t(msa::kBlockSize) * msa::kHeadDim;
+  msa::IndexCacheView view =
+      msa::make_index_cache_view(c.dtype, nullptr, c.num_pages, compact + c.page_pad, fp4 ? 1.0f / 32.0f : 1.0f);
+  const std::size_t bytes = std::size_t(c.num_pages * view.page_stride) * (fp4 ? 1 : msa::dtype_bytes(c.dtype));
   std::vector<std::uint8_t> host(bytes + kGuardBytes, kPoison);
   DeviceBuffer<std::uint8_t> dev(host);
   DeviceBuffer<std::uint16_t> dev_x(x);
@@ -355,12 +356,12 @@ void run_index_case(const IndexCase& c) {
   }
 }
 
-TEST(CudaInsert, IndexKeysBf16AndFp8) {
+TEST(CudaInsert, IndexKeysBf16Fp8AndNvfp4) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(505);
   MSA_TRACE_SEED(seed);
   std::uint64_t s = seed;
-  for (DType dt : {DType::bf16, DType::fp8_e4m3}) {
+  for (DType dt : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
     for (DType src : {DType::bf16, DType::fp16}) {
       for (std::int64_t pad : {std::int64_t(0), std::int64_t(8), std::int64_t(3)}) {
         IndexCase c;
@@ -373,10 +374,13 @@ TEST(CudaInsert, IndexKeysBf16AndFp8) {
       }
     }
   }
-  IndexCase bad;
-  bad.seed = s;
-  bad.bad_slot = true;
-  run_index_case(bad);
+  for (DType dt : {DType::bf16, DType::nvfp4}) {
+    IndexCase bad;
+    bad.dtype = dt;
+    bad.seed = s++;
+    bad.bad_slot = true;
+    run_index_case(bad);
+  }
 }
 
 // insert_kv and insert_index allocate nothing and never synchronize: captured

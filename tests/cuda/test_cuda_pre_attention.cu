@@ -178,7 +178,7 @@ TEST(CudaPreAttention, EveryCacheLayoutAndOutputDtype) {
           c.scales = f.scales;
           c.layout = layout;
           c.page_pad = variant ? (f.dtype == DType::nvfp4 ? 4096 : (n % 4 == 1 ? 3 : 1000)) : 0;
-          c.index = n % 3 == 1 ? DType::bf16 : DType::fp8_e4m3;
+          c.index = n % 3 == 1 ? DType::bf16 : (n % 3 == 2 ? DType::nvfp4 : DType::fp8_e4m3);
           c.q = n % 3 == 0 ? DType::fp8_e4m3 : (n % 3 == 1 ? src : (src == DType::bf16 ? DType::fp16 : DType::bf16));
           c.iq = c.index == DType::fp8_e4m3 && n % 2 ? DType::fp8_e4m3 : (n % 4 == 0 ? DType::fp16 : src);
           c.weight = tables[n % 3];
@@ -228,6 +228,7 @@ TEST(CudaPreAttention, M3ShapesManyTokens) {
   c.kv = DType::bf16;
   c.scales = ScaleMode::none;
   c.layout = Layout::nhd;
+  c.index = DType::nvfp4;
   c.seed = seed + 2;
   run_case(c);
 }

@@ -87,11 +87,7 @@ KVCacheView PreAttentionInputs::view(void* base, float* k_scales_at, float* v_sc
 }
 
 IndexCacheView PreAttentionInputs::index_view(void* base) const {
-  IndexCacheView v;
-  v.dtype = c.index;
-  v.base = base;
-  v.num_pages = index_pages;
-  return v;
+  return make_index_cache_view(c.index, base, index_pages, 0, c.index == DType::nvfp4 ? 1.0f / 32.0f : 1.0f);
 }
 
 PreAttentionArgs PreAttentionInputs::args() {
@@ -165,7 +161,7 @@ PreAttentionInputs make_pre_attention_inputs(const PreAttentionCase& c) {
   const std::size_t eb = c.kv == DType::nvfp4 ? 1 : dtype_bytes(c.kv);
   const KVCacheView probe = in.view(reinterpret_cast<void*>(std::uintptr_t{4096}), nullptr, nullptr);
   in.cache.assign(std::size_t(cache_extent(probe)) * eb + kPreAttentionGuard, kPreAttentionPoison);
-  in.index_cache.assign(std::size_t(in.index_pages * kBlockSize * D) * dtype_bytes(c.index) + kPreAttentionGuard,
+  in.index_cache.assign(std::size_t(in.index_pages * index_page_bytes(c.index)) + kPreAttentionGuard,
                         kPreAttentionPoison);
   const std::size_t scales = std::size_t(in.pages * kBlockSize * c.nkv);
   in.k_scales.assign(scales, std::numeric_limits<float>::quiet_NaN());

@@ -21,7 +21,7 @@ struct PreAttentionCase {
   ScaleMode scales = ScaleMode::none;    // fp8: per_tensor or per_token_head
   Layout layout = Layout::hnd;           // not nvfp4
   std::int64_t page_pad = 0;             // elements (bytes for nvfp4) past a compact page
-  DType index = DType::bf16;             // index cache dtype
+  DType index = DType::bf16;             // index cache dtype (nvfp4: global scale 1/32)
   DType q = DType::bf16;                 // q output dtype
   DType iq = DType::bf16;                // index q output dtype
   DType weight = DType::f32;             // norm weight dtype
@@ -49,7 +49,7 @@ struct PreAttentionInputs {
   std::vector<std::int64_t> slots;            // [tokens], some negative
   std::vector<std::int64_t> index_slots;      // [tokens], some negative
   std::vector<std::uint8_t> cache;            // the KV cache's extent plus the guard, poisoned
-  std::vector<std::uint8_t> index_cache;      // [index_pages, 128, 128] c.index plus the guard, poisoned
+  std::vector<std::uint8_t> index_cache;      // index_pages compact pages of c.index plus the guard, poisoned
   std::vector<float> k_scales, v_scales;      // [pages * 128, nkv] NaN (per_token_head)
   std::vector<std::uint8_t> q, iq;            // [tokens, nq * 128] c.q, [tokens, niq * 128] c.iq, poisoned
 

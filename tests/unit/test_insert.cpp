@@ -648,9 +648,12 @@ TEST(InsertChecks, IndexCache) {
   using C = msa::IndexCacheView;
   using A = msa::InsertIndexArgs;
   expect_index_rejected([](C& c, A&) { c.dtype = DType::fp16; },
-                        "index_cache.dtype = fp16 is not an index cache dtype (expected bf16 or fp8_e4m3)");
+                        "index_cache.dtype = fp16 is not an index cache dtype (expected bf16, fp8_e4m3 or nvfp4)");
   expect_index_rejected([](C& c, A&) { c.dtype = DType::fp8_e5m2; }, "index_cache.dtype = fp8_e5m2");
-  expect_index_rejected([](C& c, A&) { c.dtype = DType::nvfp4; }, "index_cache.dtype = nvfp4");
+  expect_index_rejected([](C& c, A&) { c.dtype = DType::nvfp4; c.page_stride = 9000; },
+                        "index_cache.page_stride = 9000 is smaller than one page (9216 bytes)");
+  expect_index_rejected([](C& c, A&) { c.dtype = DType::nvfp4; c.global_scale = 0.0f; },
+                        "index_cache.global_scale = 0 must be finite and positive");
   expect_index_rejected([](C& c, A&) { c.base = nullptr; }, "index_cache.base is null");
   expect_index_rejected([](C& c, A&) { c.num_pages = -1; }, "index_cache.num_pages = -1");
   expect_index_rejected([](C& c, A&) { c.page_stride = 1000; },

@@ -209,7 +209,7 @@ TEST(PreAttention, MatchesFloat64NormRopeThenInsertForEveryCache) {
         c.scales = f.scales;
         c.layout = layout;
         c.page_pad = n % 2 ? (f.dtype == DType::nvfp4 ? 4096 : 1000) : 0;
-        c.index = n % 3 == 1 ? DType::bf16 : DType::fp8_e4m3;
+        c.index = n % 3 == 1 ? DType::bf16 : (n % 3 == 2 ? DType::nvfp4 : DType::fp8_e4m3);
         c.q = n % 3 == 0 ? DType::fp8_e4m3 : (n % 3 == 1 ? src : DType::bf16);
         c.iq = c.index == DType::fp8_e4m3 && n % 2 ? DType::fp8_e4m3 : (n % 4 == 0 ? DType::fp16 : src);
         c.weight = tables[n % 3];

@@ -19,11 +19,10 @@ namespace msa::tool {
 
 struct PreAttentionCheck {
   struct Output {
-    std::string name;        // q, index q, K, V, index keys
+    std::string name;         // q, index q, K, V, index keys
     std::int64_t values = 0;
     std::int64_t differ = 0;  // values that are not the oracle's
     double rel = 0.0;         // relative Frobenius error
-    bool checked = true;      // false: a dtype this check cannot read
   };
   std::int64_t tokens = 0;
   double bound = 1e-2;  // contract 9's bound for 16-bit arithmetic
@@ -31,6 +30,7 @@ struct PreAttentionCheck {
   std::string problem;  // the first output out of bounds, in words
 
   bool passed() const { return problem.empty(); }
+  // The output with the largest error.
   const Output* worst() const;
 };
 

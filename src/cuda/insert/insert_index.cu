@@ -1,6 +1,7 @@
 // Index-key insert (contract 4.2): one 128-vector per token into the index
-// cache, bf16 or a plain saturating fp8 e4m3 cast. Bit-identical to
-// cpu::insert_index. One thread per 8 elements, 16 threads per token.
+// cache, bf16, a plain saturating fp8 e4m3 cast, or nvfp4 72-byte rows (the
+// stores of insert_store.cuh). Bit-identical to cpu::insert_index. One thread
+// per 8 elements, 16 threads per token.
 #include <cstdint>
 
 #include "core/checks.hpp"
@@ -44,11 +45,14 @@ __global__ void __launch_bounds__(kThreads) insert_index_kernel(const InsertInde
 }
 
 template <int Src>
-void launch_index(const InsertIndexParams& p, bool fp8, cudaStream_t stream) {
+void launch_index(const InsertIndexParams& p, int dst, cudaStream_t stream) {
   const std::int64_t threads = p.num_tokens * 16;
   const dim3 grid(static_cast<unsigned>((threads + kThreads - 1) / kThreads));
-  if (fp8) insert_index_kernel<Src, insert_detail::kDstE4m3><<<grid, kThreads, 0, stream>>>(p);
-  else insert_index_kernel<Src, insert_detail::kDstBf16><<<grid, kThreads, 0, stream>>>(p);
+  switch (dst) {
+    case insert_detail::kDstE4m3: insert_index_kernel<Src, insert_detail::kDstE4m3><<<grid, kThreads, 0, stream>>>(p); break;
+    case insert_detail::kDstNvfp4: insert_index_kernel<Src, insert_detail::kDstNvfp4><<<grid, kThreads, 0, stream>>>(p); break;
+    default: insert_index_kernel<Src, insert_detail::kDstBf16><<<grid, kThreads, 0, stream>>>(p); break;
+  }
   MSA_CUDA_CHECK_LAUNCH();
 }
 
@@ -59,8 +63,7 @@ void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, Stre
   check::insert_index_shape(cache, args);
   MSA_CHECK(args.src_dtype == DType::bf16 || args.src_dtype == DType::fp16,
             "insert_index: src_dtype = ", dtype_name(args.src_dtype), " must be bf16 or fp16");
-  MSA_CHECK(cache.dtype == DType::bf16 || cache.dtype == DType::fp8_e4m3,
-            "insert_index: cache.dtype = ", dtype_name(cache.dtype), " must be bf16 or fp8_e4m3");
+  const int dst = insert_detail::index_dst_tag(cache.dtype, "insert_index: cache.dtype");
   MSA_CHECK(args.num_tokens >= 0, "insert_index: num_tokens = ", args.num_tokens, " is negative");
   if (args.num_tokens == 0) return;
   MSA_CHECK(args.index_k != nullptr && args.slots != nullptr && cache.base != nullptr,
@@ -75,9 +78,8 @@ void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, Stre
   p.num_tokens = args.num_tokens;
   p.check = check.buffer;
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool fp8 = cache.dtype == DType::fp8_e4m3;
-  if (args.src_dtype == DType::bf16) launch_index<insert_detail::kSrcBf16>(p, fp8, s);
-  else launch_index<insert_detail::kSrcFp16>(p, fp8, s);
+  if (args.src_dtype == DType::bf16) launch_index<insert_detail::kSrcBf16>(p, dst, s);
+  else launch_index<insert_detail::kSrcFp16>(p, dst, s);
 }
 
 }  // namespace msa::cuda

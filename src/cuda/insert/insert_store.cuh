@@ -18,11 +18,12 @@
 
 namespace msa::cuda::insert_detail {
 
-// Quantizes 8 elements (8c .. 8c+7 of one row) into an nvfp4 head slot: 4 data
-// bytes and, from even lanes, the scale byte of the 16-element group.
-//   slot: byte base of the (page, head, K|V) slot
-__device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, int c,
-                                            std::int64_t token, std::uint8_t* slot, unsigned mask) {
+// Quantizes 8 elements (8c .. 8c+7 of one row) to nvfp4 (contracts 4.2, 4.3):
+// 4 data bytes at data + 4c and, from even lanes, the e4m3 scale of the
+// 16-element group at scales[c / 2].
+//   data: the row's 64 data bytes   scales: its 8 scale bytes
+__device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, int c, std::uint8_t* data,
+                                            std::uint8_t* scales, unsigned mask) {
   float amax = 0.0f;
 #pragma unroll
   for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
@@ -35,8 +36,8 @@ __device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, 
     const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
     bytes |= (lo | (hi << 4)) << (4 * e);
   }
-  store_bytes4(slot + nvfp4::data_offset(token, 4 * c), bytes);
-  if ((c & 1) == 0) slot[nvfp4::scale_offset(token, c >> 1)] = sf;
+  store_bytes4(data + 4 * c, bytes);
+  if ((c & 1) == 0) scales[c >> 1] = sf;
 }
 
 // K (is_v 0) or V (is_v 1) of KV head `head` at (page, token): the row's
@@ -48,7 +49,8 @@ __device__ __forceinline__ void store_kv8(const KVCacheView& cache, std::int64_t
                                           const float* x, unsigned mask) {
   if constexpr (Dst == kDstNvfp4) {
     auto* slot = static_cast<std::uint8_t*>(cache.k) + nvfp4::slot_offset(cache, page, head, is_v);
-    store_nvfp4(x, is_v ? cache.v_scale : cache.k_scale, c, token, slot, mask);
+    store_nvfp4(x, is_v ? cache.v_scale : cache.k_scale, c, slot + nvfp4::data_offset(token, 0),
+                slot + nvfp4::scale_offset(token, 0), mask);
   } else {
     float scale = 1.0f;
     if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {
@@ -75,16 +77,22 @@ inline int index_dst_tag(DType t, const char* what) {
   switch (t) {
     case DType::bf16: return kDstBf16;
     case DType::fp8_e4m3: return kDstE4m3;
-    default: fail(what, " = ", dtype_name(t), " is not an index cache dtype (expected bf16 or fp8_e4m3)");
+    case DType::nvfp4: return kDstNvfp4;
+    default: fail(what, " = ", dtype_name(t), " is not an index cache dtype (expected bf16, fp8_e4m3 or nvfp4)");
   }
 }
 
-// The index key of (page, token): elements 8c .. 8c+7 from this lane.
+// The index key of (page, token): elements 8c .. 8c+7 from this lane (nvfp4:
+// the 72-byte row of contract 4.2 under the cache's global scale).
 template <int Dst>
 __device__ __forceinline__ void store_index8(const IndexCacheView& cache, std::int64_t page,
                                              std::int64_t token, int c, const float* x, unsigned mask) {
-  (void)mask;  // no row reduction for bf16 and fp8 keys
-  store8<Dst>(cache.base, cache.offset(page, token, 8 * c), x, 1.0f);
+  if constexpr (Dst == kDstNvfp4) {
+    std::uint8_t* row = static_cast<std::uint8_t*>(cache.base) + index_nvfp4::row_offset(cache, page, token);
+    store_nvfp4(x, cache.global_scale, c, row, row + index_nvfp4::kDataBytes, mask);
+  } else {
+    store8<Dst>(cache.base, cache.offset(page, token, 8 * c), x, 1.0f);
+  }
 }
 
 // store_index8 for a tag known at run time (index_dst_tag), for kernels that
@@ -94,6 +102,7 @@ __device__ __forceinline__ void store_index8_tagged(int tag, const IndexCacheVie
                                                     const float* x, unsigned mask) {
   switch (tag) {
     case kDstE4m3: store_index8<kDstE4m3>(cache, page, token, c, x, mask); break;
+    case kDstNvfp4: store_index8<kDstNvfp4>(cache, page, token, c, x, mask); break;
     default: store_index8<kDstBf16>(cache, page, token, c, x, mask); break;
   }
 }

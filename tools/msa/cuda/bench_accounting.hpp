@@ -202,12 +202,33 @@ inline std::vector<BenchCase> production_bench_cases() {
   return out;
 }
 
-// The case set named by `msa bench --set`: default, quick or production.
+// The indexer set: decode / verify on both shapes at 32K and 128K, batches
+// 1-128, and the production prefill steps, over bf16, fp8 e4m3 (with an fp8
+// query) and nvfp4 index caches (nvfp4: decode and verify only).
+inline std::vector<BenchCase> index_bench_cases() {
+  static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
+  std::vector<BenchCase> out;
+  for (const DType dt : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
+    for (const auto& shape : kShapes) {
+      for (const std::int32_t ctx : {32768, 131072})
+        for (const std::int32_t b : {1, 8, 32, 128})
+          for (const std::int32_t q : {1, 4})
+            out.push_back(make_bench_case(BenchOp::index, false, shape[0], shape[1], dt, ctx, b, q));
+      if (dt == DType::nvfp4) continue;
+      for (const PrefillStep& st : kProductionReps)
+        out.push_back(make_bench_case(BenchOp::index, true, shape[0], shape[1], dt, st.context, st.batch, st.chunk));
+    }
+  }
+  return out;
+}
+
+// The case set named by `msa bench --set`: default, quick, production or index.
 inline std::vector<BenchCase> bench_case_set(const std::string& set) {
   if (set == "default") return default_bench_cases();
   if (set == "quick") return quick_bench_cases();
   if (set == "production") return production_bench_cases();
-  fail("--set = '", set, "' but the case sets are default, quick and production");
+  if (set == "index") return index_bench_cases();
+  fail("--set = '", set, "' but the case sets are default, quick, production and index");
 }
 
 // ---- accounting ----------------------------------------------------------------
@@ -307,7 +328,7 @@ inline Traffic index_traffic(const std::vector<std::int32_t>& query_start,
     t.blocks += (seq_lens[r] + kBlockSize - 1) / kBlockSize;
   }
   t.flops = 2.0 * kHeadDim * double(t.keys);
-  t.bytes = double(t.blocks) * kBlockSize * kHeadDim * double(dtype_bytes(index_dtype));
+  t.bytes = double(t.blocks) * double(index_page_bytes(index_dtype));
   return t;
 }
 

@@ -220,8 +220,9 @@ void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
   make_step(c, st);
   const BatchMetadata& m = st.meta;
   const int H = c.num_kv_heads, K = c.topk;
-  const auto eb = std::int64_t(dtype_bytes(c.dtype));
-  const std::int64_t page_bytes = std::int64_t(kBlockSize) * kHeadDim * eb;
+  const std::int64_t page_bytes = index_page_bytes(c.dtype);
+  // An fp8 cache is scored with an fp8 query (the same plain cast); bf16 otherwise.
+  const DType iq_dtype = c.dtype == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
 
   std::vector<InputCopy> copies;
   auto add_copy = [&] {
@@ -238,24 +239,24 @@ void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
   const std::int64_t pages = copies.back().first_page + copies.back().map.pages;
 
   DeviceBuffer pool(std::size_t(pages * page_bytes));
-  fill_random(pool.get(), pages * page_bytes / eb, c.dtype, 1.0f, s.seed, stream);
-  IndexCacheView cache;
-  cache.dtype = c.dtype;
-  cache.base = pool.get();
-  cache.num_pages = pages;
+  // bf16 / fp8: unit-variance features; nvfp4: random codes under valid e4m3 scales of about 1.
+  if (c.dtype == DType::bf16) fill_random(pool.get(), pages * page_bytes / 2, DType::bf16, 1.0f, s.seed, stream);
+  else fill_random(pool.get(), pages * page_bytes, DType::fp8_e4m3, 1.0f, s.seed, stream);
+  const IndexCacheView cache = make_index_cache_view(c.dtype, pool.get(), pages, 0, 1.0f / 64);
   for (InputCopy& cp : copies) cp.d_table = to_device(cp.map.table);
 
   const std::int64_t T = m.num_tokens;
   const std::int32_t max_blocks = copies[0].map.max_blocks;
-  DeviceBuffer iq(std::size_t(T * H * kHeadDim * 2)), topk(std::size_t(T * H * K) * sizeof(std::int32_t));
-  fill_random(iq.get(), T * H * kHeadDim, DType::bf16, 1.0f, s.seed + 2, stream);
+  DeviceBuffer iq(std::size_t(T * H * kHeadDim) * dtype_bytes(iq_dtype)),
+      topk(std::size_t(T * H * K) * sizeof(std::int32_t));
+  fill_random(iq.get(), T * H * kHeadDim, iq_dtype, 1.0f, s.seed + 2, stream);
   const std::size_t ws_bytes = cuda::index_workspace_bytes(std::int32_t(T), H, max_blocks);
   DeviceBuffer ws(ws_bytes);
   std::vector<IndexerArgs> args(copies.size());
   for (std::size_t i = 0; i < copies.size(); ++i) {
     IndexerArgs& a = args[i];
     a.index_q = iq.get();
-    a.iq_dtype = DType::bf16;
+    a.iq_dtype = iq_dtype;
     a.num_kv_heads = H;
     a.init_blocks = 0;
     a.local_blocks = 1;

@@ -269,10 +269,11 @@ Command register_bench(CLI::App& app) {
   CLI::Option* set =
       sub->add_option("--set", o->set,
                       "case set: default (the full sweep), quick (about a dozen cases, well under two minutes), "
-                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K) or "
-                      "pre_attention (the fused norm, RoPE and insert step, 1 to 32K tokens, every KV dtype)")
+                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K), index "
+                      "(the indexer over bf16, fp8 and nvfp4 index caches: decode / verify at 32K-128K, production "
+                      "prefill) or pre_attention (the fused norm, RoPE and insert step, 1 to 32K tokens, every KV dtype)")
           ->capture_default_str()
-          ->check(CLI::IsMember({"default", "quick", "production", "pre_attention"}));
+          ->check(CLI::IsMember({"default", "quick", "production", "index", "pre_attention"}));
   sub->add_flag("--quick", o->quick, "the same as --set quick")->excludes(set);
   sub->add_option("--case", o->filters,
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")

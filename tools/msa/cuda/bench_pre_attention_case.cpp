@@ -32,7 +32,7 @@ void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Strea
 
   // Shared: positions, weights, the rope table, the outputs.
   const std::int64_t max_position = std::max<std::int64_t>(N, 1);
-  std::vector<std::int64_t> positions(std::size_t(N));
+  std::vector<std::int64_t> positions(static_cast<std::size_t>(N));
   for (std::int64_t t = 0; t < N; ++t) positions[std::size_t(t)] = t;
   std::vector<float> table(std::size_t(max_position * kRopeDims));
   make_rope_table(kM3RopeTheta, max_position, table.data());
@@ -46,11 +46,11 @@ void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Strea
   for (int i = 0; i < res.copies; ++i) {
     qkv.emplace_back(std::size_t(N * heads * kHeadDim * 2));
     fill_random(qkv.back().get(), N * heads * kHeadDim, DType::bf16, 1.0f, s.seed * 131 + std::uint64_t(i), stream);
-    std::vector<std::int64_t> page(std::size_t(pages_per_copy));
+    std::vector<std::int64_t> page(static_cast<std::size_t>(pages_per_copy));
     for (std::int64_t p = 0; p < pages_per_copy; ++p) page[std::size_t(p)] = i * pages_per_copy + p;
     Rng rng(mix64(s.seed * 977 + std::uint64_t(i)));
     rng.shuffle(page);
-    std::vector<std::int64_t> slot(std::size_t(N));
+    std::vector<std::int64_t> slot(static_cast<std::size_t>(N));
     for (std::int64_t t = 0; t < N; ++t)
       slot[std::size_t(t)] = page[std::size_t(t / kBlockSize)] * kBlockSize + t % kBlockSize;
     slots.push_back(to_device(slot));
