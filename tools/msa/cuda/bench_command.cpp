@@ -204,7 +204,7 @@ void print_row(const BenchResult& r, const Ceilings& ceil) {
 nlohmann::json ceilings_json(const Ceilings& ceil, int replays) {
   nlohmann::json variants = nlohmann::json::array();
   for (const ReadVariantTime& v : ceil.read_variants)
-    variants.push_back({{"name", v.name}, {"about", v.about}, {"ms", v.ms}, {"gbps", v.gbps}});
+    variants.push_back({{"name", v.name}, {"about", v.about}, {"grid", v.grid}, {"ms", v.ms}, {"gbps", v.gbps}});
   return {{"copy_bytes", ceil.copy_bytes},     {"copy_ms", ceil.copy_ms},         {"copy_gbps", ceil.copy_gbps},
           {"gemm_n", ceil.gemm_n},             {"gemm_ms", ceil.gemm_ms},         {"gemm_tflops", ceil.gemm_tflops},
           {"launch_us", ceil.launch_us},       {"read_bytes", ceil.read_bytes},   {"read_ms", ceil.read_ms},
@@ -216,8 +216,8 @@ void print_read_variants(const Ceilings& ceil) {
   std::printf("read ceiling variants (%.0f GiB read, median of the replays; the fastest is the ceiling):\n",
               double(ceil.read_bytes) / double(1 << 30));
   for (const ReadVariantTime& v : ceil.read_variants)
-    std::printf("  %-16s %8.0f GB/s %6.1f%% of copy  %s%s\n", v.name.c_str(), v.gbps,
-                ceil.copy_gbps > 0.0 ? 100.0 * v.gbps / ceil.copy_gbps : 0.0, v.about.c_str(),
+    std::printf("  %-16s %8.0f GB/s %6.1f%% of copy  %7d CTAs  %s%s\n", v.name.c_str(), v.gbps,
+                ceil.copy_gbps > 0.0 ? 100.0 * v.gbps / ceil.copy_gbps : 0.0, v.grid, v.about.c_str(),
                 v.name == ceil.read_variant ? "  <- ceiling" : "");
 }
 

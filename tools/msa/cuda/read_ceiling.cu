@@ -196,8 +196,6 @@ int grid_of(const Variant& v, int sms, std::int64_t bytes) {
     return int((bytes + tile - 1) / tile);
   }
   const int smem = v.kind == kBulk ? v.chunk_bytes * v.stages : 0;
-  if (v.kind == kBulk)
-    MSA_CUDA_CHECK(cudaFuncSetAttribute(read_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int resident = 0;
   MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel_of(v), v.threads, std::size_t(smem)));
   MSA_CHECK(resident > 0, "read ceiling: variant ", v.name, " does not fit on an SM");
@@ -236,6 +234,10 @@ std::vector<ReadVariantTime> measure_read_variants(std::int64_t bytes, int repla
   int device = 0, sms = 0;
   MSA_CUDA_CHECK(cudaGetDevice(&device));
   MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  int bulk_smem = 0;  // the bulk kernel's dynamic shared memory: room for the largest ring
+  for (const Variant& v : kVariants)
+    if (v.kind == kBulk) bulk_smem = std::max(bulk_smem, v.chunk_bytes * v.stages);
+  MSA_CUDA_CHECK(cudaFuncSetAttribute(read_bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bulk_smem));
   std::vector<int> grids;
   std::int64_t most = 1;
   for (const Variant& v : kVariants) {
