@@ -85,11 +85,21 @@ __device__ __forceinline__ std::uint32_t smem_address(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
+__device__ __forceinline__ std::uint64_t global_ns() {
+  std::uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// A chunk that has not landed after this long never will: the CTA stops and
+// sets *stuck instead of hanging the run.
+constexpr std::uint64_t kStuckNs = 200'000'000;
+
 // Chunk k of this CTA is chunk blockIdx.x + k * gridDim.x of the buffer; stage
 // k % stages holds it, its mbarrier completes in phase (k / stages) & 1.
-//   src: [chunks * chunk_bytes] bytes; out: [gridDim.x]
+//   src: [chunks * chunk_bytes] bytes; out: [gridDim.x]; stuck: [1]
 __global__ void read_bulk_kernel(const unsigned char* __restrict__ src, std::int64_t chunks, int chunk_bytes,
-                                 int stages, std::uint32_t* out) {
+                                 int stages, std::uint32_t* out, std::uint32_t* stuck) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) std::uint64_t full[kMaxStages];
   std::uint32_t acc = 0;
@@ -115,12 +125,18 @@ __global__ void read_bulk_kernel(const unsigned char* __restrict__ src, std::int
       const int s = int(k % stages);
       const std::uint32_t bar = smem_address(&full[s]), phase = std::uint32_t((k / stages) & 1);
       std::uint32_t done = 0;
+      const std::uint64_t start = global_ns();
       while (!done) {
         asm volatile(
             "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
             : "=r"(done)
             : "r"(bar), "r"(phase)
             : "memory");
+        if (!done && global_ns() - start > kStuckNs) break;
+      }
+      if (!done) {
+        atomicExch(stuck, 1u);
+        break;
       }
       acc ^= *reinterpret_cast<const std::uint32_t*>(ring + std::int64_t(s) * chunk_bytes);
       // The read above before the next bulk write into this stage.
@@ -202,10 +218,11 @@ int grid_of(const Variant& v, int sms, std::int64_t bytes) {
   return std::min(v.ctas_per_sm, resident) * sms;
 }
 
-void launch(const Variant& v, int grid, const void* src, std::int64_t bytes, std::uint32_t* out, cudaStream_t s) {
+void launch(const Variant& v, int grid, const void* src, std::int64_t bytes, std::uint32_t* out, std::uint32_t* stuck,
+            cudaStream_t s) {
   if (v.kind == kBulk) {
-    read_bulk_kernel<<<grid, v.threads, v.chunk_bytes * v.stages, s>>>(static_cast<const unsigned char*>(src),
-                                                                       bytes / v.chunk_bytes, v.chunk_bytes, v.stages, out);
+    read_bulk_kernel<<<grid, v.threads, v.chunk_bytes * v.stages, s>>>(
+        static_cast<const unsigned char*>(src), bytes / v.chunk_bytes, v.chunk_bytes, v.stages, out, stuck);
   } else {
     const uint4* p = static_cast<const uint4*>(src);
     std::int64_t n = bytes / 16;
@@ -244,14 +261,15 @@ std::vector<ReadVariantTime> measure_read_variants(std::int64_t bytes, int repla
     grids.push_back(grid_of(v, sms, bytes));
     most = std::max<std::int64_t>(most, grids.back());
   }
-  DeviceBuffer src{std::size_t(bytes)}, out(std::size_t(most) * sizeof(std::uint32_t));
+  DeviceBuffer src{std::size_t(bytes)}, out(std::size_t(most) * sizeof(std::uint32_t)), stuck(sizeof(std::uint32_t));
   fill_random(src.get(), bytes / 4, DType::f32, 1.0f, 7, stream);
   const auto s = static_cast<cudaStream_t>(stream);
   std::vector<ReadVariantTime> times;
   for (std::size_t i = 0; i < std::size(kVariants); ++i) {
     const Variant& v = kVariants[i];
     if (!only.empty() && std::find(only.begin(), only.end(), v.name) == only.end()) continue;
-    auto run = [&](int) { launch(v, grids[i], src.get(), bytes, out.as<std::uint32_t>(), s); };
+    stuck.fill_bytes(0);
+    auto run = [&](int) { launch(v, grids[i], src.get(), bytes, out.as<std::uint32_t>(), stuck.as<std::uint32_t>(), s); };
     const TimeStats t = summarize_ms(time_replays(run, 2, replays, stream));
     ReadVariantTime r;
     r.name = v.name;
@@ -259,6 +277,11 @@ std::vector<ReadVariantTime> measure_read_variants(std::int64_t bytes, int repla
     r.grid = grids[i];
     r.ms = t.median_us * 1e-3;
     r.gbps = double(bytes) / (r.ms * 1e-3) * 1e-9;
+    if (to_host<std::uint32_t>(stuck, 1)[0] != 0) {
+      // A chunk never landed: not a measurement of reading.
+      r.about += " (FAILED: a chunk never landed; excluded)";
+      r.gbps = 0.0;
+    }
     times.push_back(r);
   }
   return times;
