@@ -499,6 +499,18 @@ TEST(BenchCases, LayerSetCoversAndFits) {
   EXPECT_THROW(bench_case_set("peers", true), Error);
 }
 
+TEST(BenchCases, IndexSetCoversTheIndexDtypes) {
+  std::set<DType> dtypes;
+  for (const BenchCase& c : bench_case_set("index")) {
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.op, BenchOp::index);
+    EXPECT_FALSE(c.prefill && c.dtype == DType::nvfp4);
+    dtypes.insert(c.dtype);
+    EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9);
+  }
+  EXPECT_EQ(dtypes, (std::set<DType>{DType::bf16, DType::fp8_e4m3, DType::nvfp4}));
+}
+
 TEST(BenchCases, PeersSetIsTheComparisonTables) {
   const auto cases = bench_case_set("peers");
   EXPECT_EQ(cases.size(), 3u * 42u);
