@@ -6,7 +6,7 @@
 //  - launch: a CUDA graph of one empty kernel (one CTA per SM), timed like a
 //    bench case: the fixed cost no one-launch run step can go below;
 //  - read: a kernel that only reads `read_bytes` (4 GiB), the fastest of the
-//    variants of read_ceiling.hpp, each timed like the copy: the bound of a
+//    variants of bench_read_ceiling.hpp, each timed like the copy: the bound of a
 //    kernel that reads and hardly writes (the indexer, attention).
 #pragma once
 
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "msa/cuda.hpp"
-#include "read_ceiling.hpp"
+#include "bench_read_ceiling.hpp"
 
 namespace msa::tool {
 

@@ -1,6 +1,6 @@
 // Index keys and queries that make the indexer of a `msa bench` layer case
 // select runs of neighbouring blocks, as a model's indexer does (pure host
-// functions; the device fill is fill_directed in fill.hpp).
+// functions; the device fill is fill_directed in bench_directed_fill.hpp).
 //
 // Every request's blocks fall in groups of kRunBlocks neighbours; group g of
 // request r has a direction: 128 random signs drawn from the group's id

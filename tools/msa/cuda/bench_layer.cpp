@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bench_directed.hpp"
+#include "bench_directed_fill.hpp"
 #include "bench_step.hpp"
 #include "device_memory.hpp"
 #include "fill.hpp"

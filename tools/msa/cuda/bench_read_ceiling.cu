@@ -1,4 +1,4 @@
-// The read ceiling's kernels (read_ceiling.hpp). Two families:
+// The read ceiling's kernels (bench_read_ceiling.hpp). Two families:
 //  - ld: every thread keeps U 16-byte loads in flight (a tile of
 //    threads x U vectors, thread-contiguous per load, so a warp reads 512
 //    contiguous bytes per instruction); persistent CTAs walk the tiles, or one
@@ -7,7 +7,7 @@
 //  - bulk: one thread per CTA streams chunks into shared memory with
 //    cp.async.bulk (the TMA engine) through a ring of mbarrier stages.
 // Every thread XORs what it loaded; one word per CTA is written.
-#include "read_ceiling.hpp"
+#include "bench_read_ceiling.hpp"
 
 #include <cuda_runtime.h>
 

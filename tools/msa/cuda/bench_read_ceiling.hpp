@@ -2,7 +2,7 @@
 // buffer far beyond L2 (no writes but one tiny result per CTA, so that the
 // compiler keeps the loads). The copy ceiling counts reads and writes, and a
 // kernel that only reads (the indexer, attention) can pass it; this is the
-// bound such a kernel can reach. Several variants (read_ceiling.cu) differ in
+// bound such a kernel can reach. Several variants (bench_read_ceiling.cu) differ in
 // the load instruction, the 16-byte loads each thread keeps in flight, the CTA
 // size and the grid; each is timed like the copy ceiling, and the fastest is
 // the ceiling.
