@@ -38,6 +38,11 @@ namespace msa::tool {
 // indexer just wrote).
 enum class BenchOp : std::uint8_t { attend, index, layer };
 
+inline const char* op_name(BenchOp op) {
+  static constexpr const char* kNames[] = {"attend", "index", "layer"};
+  return kNames[int(op)];
+}
+
 struct BenchCase {
   BenchOp op = BenchOp::attend;
   bool prefill = false;           // `batch` chunked-prefill requests; else decode / verify
@@ -58,9 +63,8 @@ struct BenchCase {
   // e.g. "attend prefill 16/1 bf16 ctx=170K b=4 q=1536", "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4",
   // "layer decode 16/1 bf16 index=nvfp4 ctx=128K b=128 q=1", "attend prefill 16/1 fp8_e4m3 ctx=32K b=1 q=4096 random"
   std::string name() const {
-    static constexpr const char* kOps[] = {"attend", "index", "layer"};
     std::ostringstream s;
-    s << kOps[int(op)] << ' ' << mode() << ' ' << num_q_heads << '/' << num_kv_heads << ' ' << dtype_name(dtype);
+    s << op_name(op) << ' ' << mode() << ' ' << num_q_heads << '/' << num_kv_heads << ' ' << dtype_name(dtype);
     if (op == BenchOp::layer) s << " index=" << dtype_name(index_dtype);
     s << " ctx=";
     if (context % 1024 == 0) s << context / 1024 << 'K';

@@ -56,11 +56,6 @@ const char* kClockQuery =
     "nvidia-smi --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu "
     "--format=csv,noheader 2>/dev/null";
 
-const char* op_name(BenchOp op) {
-  static constexpr const char* kNames[] = {"attend", "index", "layer"};
-  return kNames[int(op)];
-}
-
 // Rates of one timed step: TFLOP/s, GB/s and their fractions of the ceilings.
 struct Rates {
   double tflops = 0.0, gbps = 0.0, frac_gemm = 0.0, frac_copy = 0.0, frac_read = 0.0;
@@ -109,6 +104,7 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil, std::option
                       {"topk", c.topk},
                       {"tokens", c.num_tokens()}};
   if (c.op != BenchOp::index) j["pattern"] = pattern_name(case_pattern(c, run_pattern));
+  if (c.op == BenchOp::index) j["iq_dtype"] = dtype_name(index_query_dtype(c.dtype));
   if (c.op == BenchOp::layer) {
     j["kv_dtype"] = dtype_name(c.dtype);
     j["index_dtype"] = dtype_name(c.index_dtype);
