@@ -269,6 +269,23 @@ struct Unit {
   }
 };
 
+// Shared-memory loads at a shared-window address (no generic-address path).
+__device__ __forceinline__ uint4 lds128(std::uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(std::uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ std::uint32_t lds16(std::uint32_t addr) {
+  std::uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
+}
+
 // acc[nt] += keys (m-tile `mt` of the stage) . rows of n-tile nt, all k-steps.
 template <DecodeKeys K, DecodeQuery Q>
 __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8_t* stage, int mt, int lane,
@@ -308,9 +325,9 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
       const int key = mt * 16 + g + 8 * half;
       if constexpr (K == DecodeKeys::e4m3) {
         // 32 codes: chunks 2c and 2c + 1 of the swizzled 128-byte row.
-        const std::uint8_t* row = stage + key * 128;
-        const uint4 lo = *reinterpret_cast<const uint4*>(row + (((2 * c) ^ (key & 7)) << 4));
-        const uint4 hi = *reinterpret_cast<const uint4*>(row + (((2 * c + 1) ^ (key & 7)) << 4));
+        const std::uint32_t row = smem_u32(stage) + key * 128;
+        const uint4 lo = lds128(row + (((2 * c) ^ (key & 7)) << 4));
+        const uint4 hi = lds128(row + (((2 * c + 1) ^ (key & 7)) << 4));
         const std::uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -320,10 +337,10 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
       } else {
         // nvfp4 row: 64 data bytes (bytes 16c .. 16c + 15 hold features 32c ..),
         // then 8 group scales (groups 2c, 2c + 1 cover those features).
-        const std::uint8_t* row = stage + key * index_nvfp4::kRowBytes;
-        const uint2 d0 = *reinterpret_cast<const uint2*>(row + 16 * c);
-        const uint2 d1 = *reinterpret_cast<const uint2*>(row + 16 * c + 8);
-        const std::uint32_t sc = *reinterpret_cast<const std::uint16_t*>(row + index_nvfp4::kDataBytes + 2 * c);
+        const std::uint32_t row = smem_u32(stage) + key * std::uint32_t(index_nvfp4::kRowBytes);
+        const uint2 d0 = lds64(row + 16 * c);
+        const uint2 d1 = lds64(row + 16 * c + 8);
+        const std::uint32_t sc = lds16(row + std::uint32_t(index_nvfp4::kDataBytes) + 2 * c);
         const std::uint32_t s0 = e4m3_to_bf16x2_splat(sc & 0xFFu), s1 = e4m3_to_bf16x2_splat(sc >> 8);
         const std::uint32_t w[4] = {d0.x, d0.y, d1.x, d1.y};
 #pragma unroll

@@ -281,10 +281,6 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
       sm90::mbar_wait(smem_u32(q_full), tiles_seen & 1);
       ++tiles_seen;
     }
-    // Ping-pong: the two warpgroups issue their MMAs in turns (0, 1, 0, ...),
-    // so that one reduces its block while the other's MMAs run.
-    if (wg == 1) sm90::named_barrier_sync(3, 256);
-    else if (k > 0) sm90::named_barrier_sync(4, 256);
     {
       // A stage whose page was out of range holds stale keys: multiplied
       // anyway (no branch around the wgmma group), its scores discarded.
@@ -308,7 +304,6 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
       }
       sm90::wgmma_commit();
     }
-    sm90::named_barrier_arrive(wg == 0 ? 3 : 4, 256);
     sm90::wgmma_wait<0>();
     sm90::fence_registers(d[0]);
     sm90::fence_registers(d[1]);
@@ -340,11 +335,10 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
             v[j] = fmaxf(v0, v1);
           }
 #pragma unroll
-          for (int w = 8; w >= 1; w >>= 1) {
+          for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
 #pragma unroll
-            for (int j = 0; j < w; ++j) v[j] = fmaxf(v[j], v[j + w]);
-          }
-          mx = v[0];
+          for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
+          mx = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -356,8 +350,6 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
       }
     }
   }
-  // The last turn of warpgroup 1 is not waited for by a next block of 0.
-  if (wg == 0 && range.count > 0) sm90::named_barrier_sync(4, 256);
 }
 
 template <PrefillKeys K>

@@ -9,7 +9,8 @@ namespace msa::tool {
 // rows, own cache pages in one pool, pages shuffled per copy) rotated so
 // that together they span at least 4x the L2, each call captured in a CUDA
 // graph; positions 0 .. n-1, slots through the shuffled pages, the index
-// cache through the same slots. Fills res.time, res.traffic, res.copies.
+// cache through the same slots (bench_step.hpp's pool and graph timing).
+// Fills res.time, res.traffic, res.copies, res.device_bytes.
 void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Stream stream, BenchResult& res);
 
 }  // namespace msa::tool
