@@ -2,8 +2,8 @@
 // library error exits 1 as "msa: error: ...", and `msa run` on tiny workloads
 // (several dtypes, layouts and TP degrees) passes its oracle check and exits 0.
 //
-// The binary is $MSA_BIN, or `msa` in the parent of this test's directory
-// (build/tests/test_cli -> build/msa).
+// The binary is $MSA_BIN, or this build's command (MSA_CLI_PATH, set by
+// tests/CMakeLists.txt: build/bin/msa).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 fs::path msa_binary() {
   if (const char* env = std::getenv("MSA_BIN")) return env;
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "msa";
+  return MSA_CLI_PATH;
 }
 
 struct Result {
@@ -94,6 +94,14 @@ TEST(Cli, HelpExits0) {
   const Result r = run_msa("run --help");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "--kv-dtype")) << r.output;
+}
+
+TEST(Cli, VersionNamesTheCommitAndBackends) {
+  const Result r = run_msa("--version");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, std::string("msa ") + MSA_PROJECT_VERSION + " (commit ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "CPU engine")) << r.output;
+  EXPECT_FALSE(contains(r.output, "commit )")) << r.output;
 }
 
 TEST(Cli, LibraryErrorExits1) {
