@@ -58,17 +58,17 @@ def index(step, index_q, index_cache, block_table, topk, *, init_blocks=0, local
 
 
 def attend(step, q, kv_cache, block_table, topk, out, *, lse=None, plan=None, q_scale=1.0, softmax_scale=None,
-           q_dtype=None, stream=None, num_threads=0, check=None):
+           q_dtype=None, out_dtype=None, stream=None, num_threads=0, check=None):
     """Sparse attention of every token of the step over the blocks its KV head selected, into
     `out` ([num_tokens, num_q_heads, 128] bf16 / fp16) and, if given, `lse` ([num_tokens,
     num_q_heads] float32, natural log).
 
     q: [num_tokens, num_q_heads, 128] bf16 / fp16, or fp8 e4m3 with `q_scale`; topk:
     [num_tokens, num_kv_heads, topk] int32; block_table: the KV cache's [num_requests, max_blocks]
-    int32. CUDA needs the step's `plan` (plan_attention). q_dtype names q's dtype where its own
-    cannot (numpy uint16 bf16, uint8 fp8 codes)."""
+    int32. CUDA needs the step's `plan` (plan_attention). q_dtype / out_dtype name q's and out's
+    dtypes where their own cannot (numpy uint16 bf16, uint8 fp8 codes; out: the half query's)."""
     c = as_kv_cache(kv_cache)
     _msa.attend(*step.args(), raw(q), raw(out), raw(c.data), block_table, topk, lse=lse,
-                plan=None if plan is None else plan.blob, q_dtype=resolve_dtype(q, q_dtype), q_scale=float(q_scale),
+                plan=None if plan is None else plan.blob, q_dtype=resolve_dtype(q, q_dtype), out_dtype=out_dtype, q_scale=float(q_scale),
                 softmax_scale=DEFAULT_SOFTMAX_SCALE if softmax_scale is None else float(softmax_scale),
                 **c.kwargs(), stream=stream_of(q, stream), num_threads=num_threads, check=check)

@@ -51,6 +51,8 @@ int storage_bits(DType t) {
 
 }  // namespace
 
+bool has_own_dtype(const Array& a) { return own_dtype(a).has_value(); }
+
 std::string dlpack_dtype_name(const Array& a) {
   const auto d = a.dtype();
   std::string base;

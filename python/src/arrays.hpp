@@ -35,6 +35,8 @@ struct Place {
 // array's dtype when that is a float type. Without a name, uint8 / uint16
 // arrays are refused with a message that asks for one.
 DType element_dtype(const Array& a, const OptString& name, const char* arg);
+// Whether the array's own dtype names one of msa's (bf16, fp16, f32, i32, float8).
+bool has_own_dtype(const Array& a);
 // The array's DLPack dtype in words ("bfloat16", "uint8", "int64", ...).
 std::string dlpack_dtype_name(const Array& a);
 

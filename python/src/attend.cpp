@@ -19,7 +19,7 @@ namespace {
 // CUDA needs the plan blob of plan_attention for this step.
 void attend(const StepArgs& s, const Array& q, const Array& out, const OptArray& lse, const KVCacheArgs& kv,
             const Array& block_table, const Array& topk, const OptArray& plan, const OptString& q_dtype,
-            float q_scale, float softmax_scale, std::uintptr_t stream, int num_threads, const OptArray& check) {
+            const OptString& out_dtype, float q_scale, float softmax_scale, std::uintptr_t stream, int num_threads, const OptArray& check) {
   Placement where;
   const StepView step = step_view(s, where);
   AttentionArgs args;
@@ -30,7 +30,9 @@ void attend(const StepArgs& s, const Array& q, const Array& out, const OptArray&
   where.add(out, "out");
   where.add(lse, "lse");
   args.q_dtype = element_dtype(q, q_dtype, "q");
-  args.out_dtype = element_dtype(out, std::nullopt, "out");
+  // An output whose array cannot say (numpy uint16) holds the half query's dtype.
+  const bool like_q = !out_dtype && !has_own_dtype(out) && is_half(args.q_dtype);
+  args.out_dtype = element_dtype(out, like_q ? OptString(dtype_name(args.q_dtype)) : out_dtype, "out");
   expect_shape(q, {step.num_tokens, -1, kHeadDim}, "q", "[num_tokens, num_q_heads, 128]");
   expect_shape(out, {step.num_tokens, dim(q, 1), kHeadDim}, "out", "[num_tokens, num_q_heads, 128] like q");
   expect_shape(topk, {step.num_tokens, args.cache.num_kv_heads, -1}, "topk", "[num_tokens, num_kv_heads, topk]");
@@ -73,16 +75,17 @@ void bind_attend(nb::module_& m) {
       [](const Array& query_start, const Array& seq_lens, const Array& token_request, std::int32_t num_decodes,
          std::int32_t decode_query_len, const Array& q, const Array& out, const Array& kv_cache,
          const Array& block_table, const Array& topk, const OptArray& lse, const OptArray& plan,
-         const OptString& q_dtype, float q_scale, float softmax_scale, const OptString& kv_dtype, float k_scale,
+         const OptString& q_dtype, const OptString& out_dtype, float q_scale, float softmax_scale,
+         const OptString& kv_dtype, float k_scale,
          float v_scale, const OptArray& k_scales, const OptArray& v_scales, std::uintptr_t stream, int num_threads,
          const OptArray& check) {
         attend(StepArgs{query_start, seq_lens, token_request, num_decodes, decode_query_len}, q, out, lse,
                KVCacheArgs{kv_cache, kv_dtype, k_scale, v_scale, k_scales, v_scales}, block_table, topk, plan,
-               q_dtype, q_scale, softmax_scale, stream, num_threads, check);
+               q_dtype, out_dtype, q_scale, softmax_scale, stream, num_threads, check);
       },
       "query_start"_a, "seq_lens"_a, "token_request"_a, "num_decodes"_a, "decode_query_len"_a, "q"_a, "out"_a,
       "kv_cache"_a, "block_table"_a, "topk"_a, nb::kw_only(), "lse"_a = nb::none(), "plan"_a = nb::none(),
-      "q_dtype"_a = nb::none(), "q_scale"_a = 1.0f, "softmax_scale"_a = 0.08838834764831845f,
+      "q_dtype"_a = nb::none(), "out_dtype"_a = nb::none(), "q_scale"_a = 1.0f, "softmax_scale"_a = 0.08838834764831845f,
       "kv_dtype"_a = nb::none(), "k_scale"_a = 1.0f, "v_scale"_a = 1.0f, "k_scales"_a = nb::none(),
       "v_scales"_a = nb::none(), "stream"_a = 0, "num_threads"_a = 0, "check"_a = nb::none(),
       "Sparse attention of every token of the step into `out` ([num_tokens, num_q_heads, 128]) and, if "
