@@ -52,8 +52,8 @@ def index(step, index_q, index_cache, block_table, topk, *, init_blocks=0, local
         mb = block_table.shape[1] if max_blocks is None else max_blocks
         need = _msa.index_workspace_bytes(step.num_tokens, index_q.shape[1], mb) if _msa.has_cuda else 0
         workspace = torch.empty(max(need, 256), dtype=torch.uint8, device=index_q.device)
-    _msa.index(*step.args(), raw(index_q), raw(c.data), block_table, topk, index_dtype=c.name(),
-               iq_dtype=iq_dtype, init_blocks=init_blocks, local_blocks=local_blocks, max_blocks=-1 if max_blocks is None else max_blocks,
+    _msa.index(*step.args(), raw(index_q), raw(c.data), block_table, topk, index_dtype=c.name(), iq_dtype=iq_dtype,
+               init_blocks=init_blocks, local_blocks=local_blocks, max_blocks=-1 if max_blocks is None else max_blocks,
                workspace=workspace, stream=stream_of(index_q, stream), num_threads=num_threads, check=check)
 
 
@@ -69,6 +69,7 @@ def attend(step, q, kv_cache, block_table, topk, out, *, lse=None, plan=None, q_
     dtypes where their own cannot (numpy uint16 bf16, uint8 fp8 codes; out: the half query's)."""
     c = as_kv_cache(kv_cache)
     _msa.attend(*step.args(), raw(q), raw(out), raw(c.data), block_table, topk, lse=lse,
-                plan=None if plan is None else plan.blob, q_dtype=resolve_dtype(q, q_dtype), out_dtype=out_dtype, q_scale=float(q_scale),
+                plan=None if plan is None else plan.blob, q_dtype=resolve_dtype(q, q_dtype), out_dtype=out_dtype,
+                q_scale=float(q_scale),
                 softmax_scale=DEFAULT_SOFTMAX_SCALE if softmax_scale is None else float(softmax_scale),
                 **c.kwargs(), stream=stream_of(q, stream), num_threads=num_threads, check=check)
