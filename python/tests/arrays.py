@@ -16,9 +16,14 @@ def torch_dtype(name):
             "i64": torch.int64, "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(name, torch.uint8)
 
 
+# (numpy buffer, device tensor) pairs of the "cuda" framework, for sync_back().
+DEVICE_COPIES = []
+
+
 def view(buf, dtype, shape, framework, strides=None):
     """buf (a flat numpy array, any dtype) as an array of `dtype` with `shape` and element
-    `strides` (None: row-major), in `framework`, sharing buf's memory."""
+    `strides` (None: row-major), in `framework`, sharing buf's memory; "cuda": a torch tensor on
+    the GPU holding a copy of buf, which sync_back() copies back."""
     flat = buf.view(NUMPY[dtype])
     if strides is None:
         arr = flat[: int(np.prod(shape))].reshape(shape)
@@ -27,8 +32,18 @@ def view(buf, dtype, shape, framework, strides=None):
         return np.lib.stride_tricks.as_strided(flat, tuple(shape), tuple(s * flat.itemsize for s in strides))
     import torch
 
-    t = torch.from_numpy(buf.view(np.uint8)).view(torch_dtype(dtype))
-    return t.as_strided(tuple(shape), tuple(strides))
+    t = torch.from_numpy(buf.view(np.uint8))
+    if framework == "cuda":
+        t = t.to("cuda")
+        DEVICE_COPIES.append((buf, t))
+    return t.view(torch_dtype(dtype)).as_strided(tuple(shape), tuple(strides))
+
+
+def sync_back():
+    """Copies every "cuda" view's device memory back into its numpy buffer."""
+    for buf, t in DEVICE_COPIES:
+        buf.view(np.uint8)[...] = t.cpu().numpy()
+    DEVICE_COPIES.clear()
 
 
 def poisoned(nbytes, byte=0xFF):

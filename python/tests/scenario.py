@@ -32,8 +32,9 @@ def index_keys(rng, n, first, block_bias):
 
 class LayerStep:
     def __init__(self, device, *, requests, num_q_heads=16, num_kv_heads=1, kv_dtype="bf16", layout="HND", topk=16,
-                 query_fp8=False, init_blocks=0, local_blocks=1, seed=0):
-        """requests: [(query_len, context_len)], decodes first (query_len 1 + draft tokens)."""
+                 query_fp8=False, init_blocks=0, local_blocks=1, seed=0, spare_pages=7):
+        """requests: [(query_len, context_len)], decodes first (query_len 1 + draft tokens);
+        spare_pages: free pages for the blocks later steps need (advance)."""
         rng = np.random.default_rng(seed)
         self.device = torch.device(device)
         self.requests = requests
@@ -48,7 +49,7 @@ class LayerStep:
             self.num_decodes += 1
         blocks = [-(-s // 128) for s in self.seq_lens]
         self.max_blocks = max(blocks) + 2
-        num_pages = sum(blocks) + 7
+        num_pages = sum(blocks) + spare_pages
         perm = rng.permutation(num_pages)
         table = np.full((len(requests), self.max_blocks), -1, dtype=np.int32)
         used = 0
@@ -56,6 +57,7 @@ class LayerStep:
             table[r, :b] = perm[used:used + b]
             used += b
         self.table_np = table
+        self.free_pages = list(perm[used:])
         dev = self.device
         self.k_scale = self.v_scale = 1.0 / 16 if kv_dtype.startswith("fp8") else 1.0
         if kv_dtype == "nvfp4":
@@ -109,6 +111,37 @@ class LayerStep:
         self.topk_buffer = torch.full((T + PAD, H, topk), -7, dtype=torch.int32, device=dev)
         self.output = torch.full((T + PAD, QH * 128), float("nan"), dtype=torch.bfloat16, device=dev)
         self.lse = torch.full((T, QH), float("nan"), dtype=torch.float32, device=dev)
+
+    def advance(self, md, rng):
+        """The next decode step in the same buffers: the tokens the last step inserted become
+        context, each request gets new positions (a new page where it enters a new block), new
+        keys, values, queries and index queries; md's device seq_lens and host metadata follow."""
+        new_slots, new_iks = [], []
+        for r, (q, c) in enumerate(self.requests):
+            c += q
+            self.requests[r] = (q, c)
+            self.seq_lens[r] = c + q
+            for b in range(-(-(c + q) // 128)):
+                if self.table_np[r, b] < 0:
+                    self.table_np[r, b] = self.free_pages.pop()
+                    self.block_table[r, b] = int(self.table_np[r, b])
+                    self.block_bias[r] = np.concatenate([self.block_bias[r], rng.standard_normal((1, 128))])
+            pos = np.arange(c, c + q)
+            new_slots.append(self.table_np[r, pos // 128].astype(np.int64) * 128 + pos % 128)
+            new_iks.append(index_keys(rng, q, c, self.block_bias[r]))
+        T, H, QH = self.T, self.H, self.QH
+        fill = lambda t, a: t[:T].copy_(torch.from_numpy(np.asarray(a)).to(t.dtype).view(t[:T].shape))  # noqa: E731
+        fill(self.slot_mapping, np.concatenate(new_slots))
+        fill(self.k, rng.standard_normal((T, H * 128)))
+        fill(self.v, rng.standard_normal((T, H * 128)))
+        fill(self.index_k, np.concatenate(new_iks))
+        iq = np.concatenate([np.repeat(self.block_bias[r][-1:], q, 0) for r, (q, _) in enumerate(self.requests)])
+        fill(self.index_q, iq[:, None, :] + 0.3 * rng.standard_normal((T, H, 128)))
+        fill(self.query, rng.standard_normal((T, QH * 128)))
+        if self.query_fp8 is not None:
+            self.query_fp8.copy_((self.query.float() / self.q_scale).to(torch.float8_e4m3fn))
+        self.lse.fill_(float("nan"))
+        md.step.update_seq_lens(self.seq_lens)
 
     def cache(self):
         return msa.KVCache(self.kv_cache, self.kv_dtype, self.k_scale, self.v_scale)

@@ -62,6 +62,22 @@ def test_forward_gqa_groups_and_forced_blocks():
     assert err_out < 1e-2 and err_lse < 1e-3, (err_out, err_lse)
 
 
+def test_consecutive_decode_steps_in_the_same_buffers():
+    """What a replayed CUDA graph sees, on the CPU engine: the same metadata object and buffers,
+    updated in place step after step (new pages as requests enter new blocks)."""
+    s = LayerStep("cpu", requests=[(2, 126), (2, 500), (2, 255)], seed=12, spare_pages=8)
+    md = s.build()
+    s.run(md)
+    table = s.block_table.clone()
+    for i in range(3):
+        s.advance(md, np.random.default_rng(i))
+        s.run(md)
+        err_out, err_lse = s.check()
+        assert err_out < 1e-2 and err_lse < 1e-3, (i, err_out, err_lse)
+    assert s.seq_lens == [134, 508, 263] and list(md.step.seq_lens) == [134, 508, 263]
+    assert not torch.equal(table, s.block_table)  # requests 0 and 2 entered new blocks
+
+
 def test_profiling_run_without_metadata():
     s = LayerStep("cpu", requests=[(1, 10)], seed=1)
     out = s.impl.forward(s.query, s.kv_cache, s.output, s.topk_buffer, None)

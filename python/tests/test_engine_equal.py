@@ -11,14 +11,16 @@ import numpy as np
 import pytest
 
 import msa
-from arrays import poisoned, view
+from arrays import poisoned, sync_back, view
 
 # (query_len, context_len): two decodes with a draft token, a short and a 129-token prefill chunk.
 MIXED = [(2, 700), (2, 130), (37, 300), (129, 1000)]
 
 
-def run_python_step(ref, spec, framework):
-    """The reference step through msa's Python API; returns the buffers it wrote (numpy)."""
+def run_python_step(ref, spec, framework, topk_override=None):
+    """The reference step through msa's Python API; returns the buffers it wrote (numpy).
+    framework "cuda": torch tensors on the GPU (copies of the buffers, copied back at the end).
+    topk_override: top-k lists attend reads instead of the ones index wrote."""
     kv_dtype = spec.get("kv_dtype", "bf16")
     H, QH, K = ref["num_kv_heads"], ref["num_q_heads"], ref["topk"]
     T, R = ref["num_tokens"], len(ref["seq_lens"])
@@ -42,9 +44,13 @@ def run_python_step(ref, spec, framework):
     # Column slices of the [R, table_stride] tables: rows at a stride larger than their width.
     table = view(ref["block_table"], "i32", (R, stride), framework)[:, :blocks]
     index_table = view(ref["index_block_table"], "i32", (R, stride), framework)[:, :blocks]
-    step = msa.Step.build(view(ref["query_start"], "i32", (R + 1,), framework),
-                          view(ref["seq_lens"], "i32", (R,), framework),
-                          num_decodes=ref["num_decodes"], decode_query_len=ref["decode_query_len"])
+    on_gpu = framework == "cuda"
+    step = msa.Step.build(ref["query_start"], ref["seq_lens"], num_decodes=ref["num_decodes"],
+                          decode_query_len=ref["decode_query_len"], device="cuda" if on_gpu else None)
+    if not on_gpu:  # the step's arrays as the framework's
+        step = msa.Step.build(view(ref["query_start"], "i32", (R + 1,), framework),
+                              view(ref["seq_lens"], "i32", (R,), framework),
+                              num_decodes=ref["num_decodes"], decode_query_len=ref["decode_query_len"])
     src = ref["src_dtype"]
     q_dtype = spec.get("q_dtype", "bf16")
     k = view(ref["new_k"], src, (T, H, 128), framework)
@@ -66,9 +72,17 @@ def run_python_step(ref, spec, framework):
     out = view(out_buf, out_dtype, (T, QH, 128), framework)
     lse = view(lse_buf, "f32", (T, QH), framework)
     q = view(ref["q"], q_dtype, (T, QH, 128), framework)
-    msa.attend(step, q, cache, table, topk, out, lse=lse, q_scale=ref["q_scale"],
+    plan = None
+    if on_gpu:
+        plan = msa.plan_attention(step, msa.AttentionShape(QH, H, K, q_dtype, kv_dtype, out_dtype,
+                                                           kv_token_scales=spec.get("kv_scales") == "token"))
+    if topk_override is not None:
+        topk = view(topk_override.copy(), "i32", (T, H, K), framework)
+    msa.attend(step, q, cache, table, topk, out, lse=lse, plan=plan, q_scale=ref["q_scale"],
                softmax_scale=ref["softmax_scale"], q_dtype=q_dtype if named else None,
                out_dtype=out_dtype if named else None)
+    if on_gpu:
+        sync_back()
     return dict(kv=kv_buf, k_scales=k_scales_buf, v_scales=v_scales_buf, index=index_buf, topk=topk_buf,
                 out=out_buf, lse=lse_buf)
 
