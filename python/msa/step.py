@@ -17,7 +17,7 @@ class Step:
         self.query_start = query_start
         self.seq_lens = seq_lens
         self.token_request = token_request
-        self.device = device
+        self.device = device if device is not None else "cpu"
 
     @classmethod
     def build(cls, query_start_loc, seq_lens, *, num_decodes=None, decode_query_len=None, device=None,
