@@ -12,6 +12,9 @@ using Code = nb::dlpack::dtype_code;
 
 // DLPack device types (dlpack.h): kDLCPU, kDLCUDA, kDLCUDAHost (pinned host memory).
 constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3;
+// DLPack 1.0 float8 type codes (kDLFloat8_e4m3fn, kDLFloat8_e5m2), spelled as numbers so that
+// nanobind versions without them in dtype_code build too.
+constexpr int kDLFloat8E4M3FN = 10, kDLFloat8E5M2 = 12;
 
 std::string shape_string(const Array& a) {
   std::ostringstream os;
@@ -30,6 +33,8 @@ std::string device_string(const Place& p) {
 std::optional<DType> own_dtype(const Array& a) {
   const auto d = a.dtype();
   if (d.lanes != 1) return std::nullopt;
+  if (d.code == kDLFloat8E4M3FN && d.bits == 8) return DType::fp8_e4m3;
+  if (d.code == kDLFloat8E5M2 && d.bits == 8) return DType::fp8_e5m2;
   switch (Code(d.code)) {
     case Code::Bfloat: return d.bits == 16 ? std::optional(DType::bf16) : std::nullopt;
     case Code::Float:
@@ -37,8 +42,6 @@ std::optional<DType> own_dtype(const Array& a) {
       if (d.bits == 32) return DType::f32;
       return std::nullopt;
     case Code::Int: return d.bits == 32 ? std::optional(DType::i32) : std::nullopt;
-    case Code::Float8_E4M3FN: return d.bits == 8 ? std::optional(DType::fp8_e4m3) : std::nullopt;
-    case Code::Float8_E5M2: return d.bits == 8 ? std::optional(DType::fp8_e5m2) : std::nullopt;
     default: return std::nullopt;
   }
 }
@@ -55,6 +58,8 @@ bool has_own_dtype(const Array& a) { return own_dtype(a).has_value(); }
 
 std::string dlpack_dtype_name(const Array& a) {
   const auto d = a.dtype();
+  if (d.code == kDLFloat8E4M3FN) return "float8_e4m3fn";
+  if (d.code == kDLFloat8E5M2) return "float8_e5m2";
   std::string base;
   switch (Code(d.code)) {
     case Code::Int: base = "int"; break;
@@ -62,8 +67,6 @@ std::string dlpack_dtype_name(const Array& a) {
     case Code::Float: base = "float"; break;
     case Code::Bfloat: base = "bfloat"; break;
     case Code::Bool: return "bool";
-    case Code::Float8_E4M3FN: return "float8_e4m3fn";
-    case Code::Float8_E5M2: return "float8_e5m2";
     default: base = "dlpack_code" + std::to_string(int(d.code)) + "_"; break;
   }
   std::string name = base + std::to_string(int(d.bits));
