@@ -5,9 +5,10 @@
 # optionally time the decode step's CUDA-graph replay through Python against
 # `msa bench`. Logs and JSON go to $OUT (default ./out).
 #
-#   bash scripts/device_python.sh [--tests EXPR] [--bench [CASES]] [--pip]
+#   bash scripts/device_python.sh [--tests EXPR] [--no-tests] [--bench [CASES]] [--pip]
 #
-#   --tests EXPR   pytest -k EXPR (default: every test; -m gpu is not applied)
+#   --tests EXPR   pytest -k EXPR (default: every test, the GPU ones and the others)
+#   --no-tests     no pytest (e.g. a timing-only call)
 #   --bench [CASES] run python/bench/decode_graph.py (its default cases, or
 #                  space-separated HEADS:KV_DTYPE:CONTEXT:BATCH:QUERY_LEN)
 #                  -> $OUT/decode_graph.json
@@ -21,10 +22,11 @@ mkdir -p "$LOG"
 PY=${PYTHON:-python3}
 BUILD=${BUILD:-build-gpu}
 JOBS=${JOBS:-16}
-TESTS=""; BENCH=0; BENCH_CASES=""; PIP=0
+TESTS=""; RUN_TESTS=1; BENCH=0; BENCH_CASES=""; PIP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tests) TESTS="$2"; shift 2 ;;
+    --no-tests) RUN_TESTS=0; shift ;;
     --bench) BENCH=1; shift; if [[ $# -gt 0 && $1 != --* ]]; then BENCH_CASES=$1; shift; fi ;;
     --pip) PIP=1; shift ;;
     *) echo "device_python.sh: unknown option $1" >&2; exit 2 ;;
@@ -57,11 +59,13 @@ else
   PYPATH="$PWD/$BUILD/python"
 fi
 
-step "pytest"
-args=(python/tests -q -rs)
-[[ -n "$TESTS" ]] && args+=(-k "$TESTS")
-PYTHONPATH="$PYPATH" "$PY" -m pytest "${args[@]}" 2>&1 | tee "$LOG/pytest.log" | tail -25
-[[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+if [[ $RUN_TESTS -eq 1 ]]; then
+  step "pytest"
+  args=(python/tests -q -rs)
+  [[ -n "$TESTS" ]] && args+=(-k "$TESTS")
+  PYTHONPATH="$PYPATH" "$PY" -m pytest "${args[@]}" 2>&1 | tee "$LOG/pytest.log" | tail -25
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || status=1
+fi
 
 if [[ $BENCH -eq 1 ]]; then
   step "decode_graph.py"

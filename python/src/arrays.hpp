@@ -53,9 +53,11 @@ void expect_dtype(const Array& a, DType want, const char* arg);
 void expect_int64(const Array& a, const char* arg);
 
 std::int64_t dim(const Array& a, std::size_t i);
+// The array's first element (nanobind 2.x returns it const from a const array).
+inline void* data_of(const Array& a) { return const_cast<void*>(static_cast<const void*>(a.data())); }
 template <typename T = void>
 T* ptr(const Array& a) {
-  return static_cast<T*>(a.data());
+  return static_cast<T*>(data_of(a));
 }
 
 // The place every array of one call shares; add() checks each one against the

@@ -44,8 +44,8 @@ void attend(const StepArgs& s, const Array& q, const Array& out, const OptArray&
     expect_contiguous(*lse, "lse");
     args.lse = ptr<float>(*lse);
   }
-  args.q = q.data();
-  args.out = out.data();
+  args.q = data_of(q);
+  args.out = data_of(out);
   args.num_q_heads = std::int32_t(dim(q, 1));
   args.q_scale = q_scale;
   args.softmax_scale = softmax_scale;

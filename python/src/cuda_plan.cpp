@@ -74,7 +74,7 @@ void bind_plan(nb::module_& m) {
         MSA_CHECK(where.cuda(), "workspace: the attention workspace must be CUDA device memory");
         const cuda::AttentionShape s = make_shape(shape);
         DeviceGuard guard(where.device());
-        write_plan(cuda::plan_attention(meta, s, workspace.data(), workspace.nbytes(), stream_ptr(stream)), plan);
+        write_plan(cuda::plan_attention(meta, s, data_of(workspace), workspace.nbytes(), stream_ptr(stream)), plan);
       },
       "meta"_a, "shape"_a, "workspace"_a, "plan"_a, nb::kw_only(), "stream"_a = 0,
       "Plans the attention of this step into `workspace` (device, at least attention_workspace_bytes) and "

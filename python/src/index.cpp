@@ -29,7 +29,7 @@ void index(const StepArgs& s, const Array& index_q, const Array& index_cache, co
   expect_shape(index_q, {step.num_tokens, -1, kHeadDim}, "index_q", "[num_tokens, num_kv_heads, 128]");
   expect_contiguous(index_q, "index_q");
   expect_shape(topk, {step.num_tokens, dim(index_q, 1), -1}, "topk", "[num_tokens, num_kv_heads, topk]");
-  args.index_q = index_q.data();
+  args.index_q = data_of(index_q);
   args.num_kv_heads = std::int32_t(dim(index_q, 1));
   args.init_blocks = init_blocks;
   args.local_blocks = local_blocks;
@@ -43,7 +43,7 @@ void index(const StepArgs& s, const Array& index_q, const Array& index_cache, co
     std::size_t ws_bytes = 0;
     if (workspace) {
       where.add(*workspace, "workspace");
-      ws = workspace->data();
+      ws = data_of(*workspace);
       ws_bytes = workspace->nbytes();
     }
     const cuda::DeviceCheck dc = device_check(check, where);

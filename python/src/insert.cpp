@@ -30,8 +30,8 @@ void insert_kv(const KVCacheArgs& kv, const Array& k, const Array& v, const Arra
   expect_contiguous(v, "v");
   expect_contiguous(slots, "slots");
   expect_int64(slots, "slots");
-  args.k = k.data();
-  args.v = v.data();
+  args.k = data_of(k);
+  args.v = data_of(v);
   args.slots = ptr<const std::int64_t>(slots);
   args.num_tokens = dim(k, 0);
   if (where.cuda()) {
@@ -64,7 +64,7 @@ void insert_index(const Array& index_cache, const Array& index_k, const Array& s
   expect_contiguous(index_k, "index_k");
   expect_contiguous(slots, "slots");
   expect_int64(slots, "slots");
-  args.index_k = index_k.data();
+  args.index_k = data_of(index_k);
   args.slots = ptr<const std::int64_t>(slots);
   args.num_tokens = dim(index_k, 0);
   if (where.cuda()) {

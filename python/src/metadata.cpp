@@ -73,7 +73,7 @@ void copy_to(const BatchMetadata& m, const std::string& name, const Array& out) 
   expect_dtype(out, DType::i32, "out");
   expect_shape(out, {std::int64_t(v.size())}, "out", "the array's length");
   expect_contiguous(out, "out");
-  if (!v.empty()) std::memcpy(out.data(), v.data(), v.size() * sizeof(std::int32_t));
+  if (!v.empty()) std::memcpy(data_of(out), v.data(), v.size() * sizeof(std::int32_t));
 }
 
 }  // namespace

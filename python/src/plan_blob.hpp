@@ -28,13 +28,13 @@ inline void expect_plan_blob(const Array& blob) {
 inline cuda::AttentionPlan read_plan(const Array& blob) {
   expect_plan_blob(blob);
   cuda::AttentionPlan plan;
-  std::memcpy(&plan, blob.data(), kPlanBytes);
+  std::memcpy(&plan, data_of(blob), kPlanBytes);
   return plan;
 }
 
 inline void write_plan(const cuda::AttentionPlan& plan, const Array& blob) {
   expect_plan_blob(blob);
-  std::memcpy(blob.data(), &plan, kPlanBytes);
+  std::memcpy(data_of(blob), &plan, kPlanBytes);
 }
 
 }  // namespace msa::py

@@ -39,7 +39,7 @@ KVCacheView nvfp4_view(const KVCacheArgs& a) {
             ", 1)) but has (*, ", c.stride(1), ", ", c.stride(2), ", ", c.stride(3), ")");
   MSA_CHECK(!a.k_scales && !a.v_scales, "kv_cache: nvfp4 carries its own group scales; k_scales / "
             "v_scales are for fp8 caches");
-  return make_nvfp4_cache_view(c.data(), dim(c, 0), int(slots / 2), a.k_scale, a.v_scale,
+  return make_nvfp4_cache_view(data_of(c), dim(c, 0), int(slots / 2), a.k_scale, a.v_scale,
                                page_stride_of(c, slots * nvfp4::kSlotBytes));
 }
 
@@ -58,13 +58,13 @@ KVCacheView kv_cache_view(const KVCacheArgs& a, Placement& where, const char** l
   const auto eb = std::int64_t(dtype_bytes(dtype));
   KVCacheView v;
   v.dtype = dtype;
-  v.k = c.data();
+  v.k = data_of(c);
   v.num_pages = c.ndim() > 0 ? dim(c, 0) : 0;
   if (c.ndim() == 5) {  // [num_pages, 2, 128, num_kv_heads, 128]
     expect_shape(c, {-1, 2, N, -1, D}, "kv_cache", "[num_pages, 2, 128, num_kv_heads, 128] (split K/V planes)");
     expect_inner_contiguous(c, "kv_cache");
     v.num_kv_heads = std::int32_t(dim(c, 3));
-    v.v = byte_shift(c.data(), c.stride(1) * eb);
+    v.v = byte_shift(data_of(c), c.stride(1) * eb);
     v.token_stride = c.stride(2);
     v.head_stride = c.stride(3);
     v.page_stride = page_stride_of(c, 2 * N * v.num_kv_heads * D);
@@ -75,7 +75,7 @@ KVCacheView kv_cache_view(const KVCacheArgs& a, Placement& where, const char** l
                  "[num_pages, 2, 128, num_kv_heads, 128]");
     expect_inner_contiguous(c, "kv_cache");
     v.num_kv_heads = std::int32_t(dim(c, 1));
-    v.v = byte_shift(c.data(), D * eb);
+    v.v = byte_shift(data_of(c), D * eb);
     v.head_stride = c.stride(1);
     v.token_stride = c.stride(2);
     v.page_stride = page_stride_of(c, v.num_kv_heads * N * 2 * D);
@@ -110,7 +110,7 @@ IndexCacheView index_cache_view(const Array& cache, const OptString& dtype, Plac
   expect_shape(cache, {-1, N, D}, "index_cache", "[num_pages, 128, 128]");
   MSA_CHECK(cache.stride(2) == 1 && cache.stride(1) == D, "index_cache: a page must be dense inside",
             " (strides (*, 128, 1)) but has (*, ", cache.stride(1), ", ", cache.stride(2), ")");
-  v.base = cache.data();
+  v.base = data_of(cache);
   v.num_pages = dim(cache, 0);
   v.page_stride = page_stride_of(cache, N * D);
   return v;
