@@ -6,8 +6,6 @@ CUDA plan / workspace API; cache allocation helpers; ``torch.ops.msa.*`` custom 
 is installed; and a serving-engine backend adapter in :mod:`msa.engine`.
 """
 
-import importlib.util as _importlib_util
-
 from . import _msa
 from ._msa import Error, build_metadata, has_cuda
 from .cache import (BLOCK_SIZE, HEAD_DIM, IndexCache, KVCache, allocate_index_cache, allocate_kv_cache,
@@ -30,8 +28,12 @@ def cuda_device_count():
     return _msa.cuda_device_count()
 
 
-# torch.ops.msa.* for torch.compile, registered when torch is installed.
-if _importlib_util.find_spec("torch") is not None:
+# torch.ops.msa.* for torch.compile, registered when torch is importable (2.4 or later).
+try:
+    import torch as _torch
+except ImportError:
+    _torch = None
+if _torch is not None and hasattr(_torch.library, "custom_op"):
     from . import torch_ops  # noqa: F401
 
 __all__ = [
