@@ -149,8 +149,8 @@ class MsaMetadataBuilder:
     """Builds each step's MsaMetadata from the engine's per-step inputs and holds the plan.
 
     The device workspaces (the attention plan's and the indexer's) are kept and grown, never
-    shrunk, so that a graph captured for one step size keeps its addresses; an engine that
-    captures graphs builds the largest step first."""
+    shrunk; a grown one replaces the old one for later steps, and the old one stays allocated,
+    since a graph captured earlier still points into it."""
 
     def __init__(self, num_q_heads, num_kv_heads, *, topk=16, kv_cache_dtype="auto", model_dtype=torch.bfloat16,
                  query_fp8=False, kv_token_scales=False, device="cuda", prefill_order="query_major"):
@@ -163,10 +163,13 @@ class MsaMetadataBuilder:
                                     kv_token_scales=kv_token_scales)
         self._attn_workspace = None
         self._index_workspace = None
+        self._retired = []  # outgrown workspaces that captured graphs may still use
 
     def _workspace(self, current, need):
         if current is not None and current.numel() >= need:
             return current
+        if current is not None:
+            self._retired.append(current)
         return torch.empty(max(need, 256, 0 if current is None else 2 * current.numel()), dtype=torch.uint8,
                            device=self.device)
 
