@@ -36,12 +36,9 @@ std::vector<double> read_index_keys(Workload& w, std::int32_t r) {
   const IndexCacheView cache = w.index_view();
   const std::int64_t seq = w.meta().seq_lens[r];
   std::vector<double> ik(std::size_t(seq) * kHeadDim);
-  for (std::int64_t j = 0; j < seq; ++j) {
-    const std::int64_t base =
-        cache.offset(w.index_page(r, std::int32_t(j / kBlockSize)), j % kBlockSize, 0);
-    for (int d = 0; d < kHeadDim; ++d)
-      ik[j * kHeadDim + d] = ref::read_element(cache.base, cache.dtype, base + d);
-  }
+  for (std::int64_t j = 0; j < seq; ++j)
+    ref::read_index_row(cache, w.index_page(r, std::int32_t(j / kBlockSize)), j % kBlockSize,
+                        ik.data() + j * kHeadDim);
   return ik;
 }
 
@@ -162,8 +159,9 @@ CheckResult check_rows(Workload& w, const std::vector<std::int32_t>& rows, const
   const std::int64_t QH = m.num_q_heads, H = m.num_kv_heads, G = m.group(), D = kHeadDim;
   const AttentionArgs args = w.attention_args();
   const std::vector<double> q = ref::read_query(args, meta.num_tokens);  // [T, QH, 128]
+  const IndexerArgs index_args = w.indexer_args();  // the index query the engine read
   const std::vector<double> iq =
-      ref::read_array(w.index_q.data(), w.src_dtype(), std::int64_t(meta.num_tokens) * H * D);
+      ref::read_array(index_args.index_q, index_args.iq_dtype, std::int64_t(meta.num_tokens) * H * D);
   const std::size_t out_bytes = dtype_bytes(w.out_dtype());
 
   std::size_t first = 0;

@@ -6,8 +6,9 @@
 // (tests/support/oracle.hpp) computes out and lse in float64.
 //
 // Index: the block scores of the sampled rows are recomputed in float64 from the
-// index cache; every selected block that is not forced must score at least as
-// high as every eligible block that was left out (up to fp32 rounding).
+// dequantized index cache and the index query the engine read (e4m3 when the
+// fp8 index query is used); every selected block that is not forced must score
+// at least as high as every eligible block that was left out (up to fp32 rounding).
 #pragma once
 
 #include <cstdint>
