@@ -227,7 +227,7 @@ void index_stage(CaseState& st) {
   ws.fill_bytes(0xFF);
   IndexerArgs gargs;
   gargs.index_q = iq.get();
-  gargs.iq_dtype = c.src_dtype;
+  gargs.iq_dtype = c.iq_dtype();
   gargs.num_kv_heads = H;
   gargs.init_blocks = 0;
   gargs.local_blocks = 1;
