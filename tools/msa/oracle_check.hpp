@@ -22,6 +22,10 @@ namespace msa::tool {
 struct Tolerance {
   double out_rel = 1e-2;  // relative Frobenius error of a row's output, all its query heads
   double lse_abs = 1e-3;  // absolute lse error
+  // A selected block may score below a left-out one by at most
+  // index_gap_abs + index_gap_rel * |score| (the engine's fp32 score error).
+  double index_gap_abs = 1e-3;
+  double index_gap_rel = 1e-4;
 };
 
 // Contract 9: 1e-2, or 2e-2 where a backend does fp8 arithmetic inside the kernel.

@@ -225,6 +225,7 @@ nlohmann::json report_json(const RunReport& r) {
                 {"index_rows", c.index_rows},
                 {"index_bad_rows", c.index_bad_rows},
                 {"index_worst_gap", c.index_worst_gap},
+                {"index_gap_bound", {{"abs", c.tol.index_gap_abs}, {"rel", c.tol.index_gap_rel}}},
                 {"problems", problems},
                 {"passed", c.passed()}};
   if (r.agreement.measured) {

@@ -247,7 +247,12 @@ int run(const RunOptions& o) {
   // contract's fp8-arithmetic bound applies to them.
   const bool low_precision_maths =
       use_cuda && (is_fp8(spec.kv_dtype) || spec.kv_dtype == DType::nvfp4 || is_fp8(spec.q_dtype));
-  report.check = check_rows(w, rows, contract_tolerance(low_precision_maths));
+  Tolerance tol = contract_tolerance(low_precision_maths);
+  // The GPU scores an e4m3 index query on fp8 tensor cores, whose accumulation
+  // keeps fewer bits than fp32 (scores within 4e-3 relative of the CPU's, the
+  // GPU tests' bound): two blocks that close may trade places.
+  if (use_cuda && spec.fp8_index_query) tol.index_gap_abs = tol.index_gap_rel = 8e-3;
+  report.check = check_rows(w, rows, tol);
   report.stages.push_back(
       {"check", seconds_since(t0),
        std::to_string(rows.size()) + " rows against float64 dense masked attention"});
