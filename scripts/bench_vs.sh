@@ -22,9 +22,12 @@ if [[ ! -d /tmp/msa_old ]]; then
   [[ "${OWN_BENCH:-0}" == 1 ]] || cp tools/msa/cuda/bench_* /tmp/msa_old/tools/msa/cuda/
 fi
 build build-gpu . & build /tmp/msa_old/build /tmp/msa_old & wait
-[[ -x build-gpu/msa && -x /tmp/msa_old/build/msa ]] || { tail -20 "$OUT"/logs/build_*.log; exit 1; }
+# The command is bin/msa; commits before that layout wrote it to the build folder's top.
+old_bin=/tmp/msa_old/build/bin/msa
+[[ -x $old_bin ]] || old_bin=/tmp/msa_old/build/msa
+[[ -x build-gpu/bin/msa && -x $old_bin ]] || { tail -20 "$OUT"/logs/build_*.log; exit 1; }
 # shellcheck disable=SC2086
-build-gpu/msa bench $ARGS --json "$OUT/${NAME}_new.json" >"$OUT/logs/${NAME}_new.txt" 2>&1
+build-gpu/bin/msa bench $ARGS --json "$OUT/${NAME}_new.json" >"$OUT/logs/${NAME}_new.txt" 2>&1
 # shellcheck disable=SC2086
-/tmp/msa_old/build/msa bench $ARGS --json "$OUT/${NAME}_old.json" >"$OUT/logs/${NAME}_old.txt" 2>&1
+"$old_bin" bench $ARGS --json "$OUT/${NAME}_old.json" >"$OUT/logs/${NAME}_old.txt" 2>&1
 echo "== new"; cat "$OUT/logs/${NAME}_new.txt"; echo "== old ($OLD)"; cat "$OUT/logs/${NAME}_old.txt"

@@ -7,8 +7,10 @@
 //    well separated (gap above the score tolerance);
 //  - select_topk() alone on adversarial scores (ties, NaN, -inf, +-0);
 //  - a bad index block-table entry skipped and recorded by the DeviceCheck.
-// Prefill, decode, verify (decode_query_len 2) and padding rows; topk 1/16/64,
-// init 0/1, local 1/2; bf16/fp16 queries, bf16/fp8 keys; shuffled pages.
+// Prefill, decode, verify (decode_query_len 2 to 4) and padding rows; topk
+// 1/16/64, init 0/1, local 1/2; bf16/fp16 queries with bf16, fp8 e4m3 or nvfp4
+// keys (global scales a power of two and not), fp8 e4m3 queries with fp8 keys;
+// shuffled pages; keys that tie every block of a request.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 
 #include "gpu_test_util.hpp"
 #include "msa/batch.hpp"
+#include "msa/cache.hpp"
 #include "msa/cpu.hpp"
 #include "msa/cuda.hpp"
 #include "msa/numeric.hpp"
@@ -39,7 +42,6 @@ using msa::test::DeviceBuffer;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPoisonKey = 256.0f;  // keys nobody may read: a huge dot if read
-constexpr float kNvfp4Scale = 1.0f / 64;  // global scale of nvfp4 index caches
 
 struct Shape {
   std::vector<std::int32_t> query_lens;
@@ -47,16 +49,20 @@ struct Shape {
   std::int32_t decode_threshold = 1;
   int heads = 1;
   int topk = 16, init = 0, local = 1;
-  DType iq = DType::bf16;
-  DType keys = DType::bf16;
+  DType iq = DType::bf16;             // bf16, fp16, or fp8_e4m3 (fp8 keys only)
+  DType keys = DType::bf16;           // bf16, fp8_e4m3 or nvfp4
+  float global_scale = 1.0f / 64.0f;  // nvfp4 keys: the cache's global scale
   std::uint64_t seed = 1;
   std::int64_t spare_pages = 5;
   std::int64_t shared_pool = 0;  // > 0: tables point into a pool of this many pages (no data check)
   bool head_major = false;       // write the top-k through a [kv_head, token, topk] view
+  bool ties = false;             // every key of a request the same: all its blocks score alike
   std::string name() const {
     std::string s = msa::detail::concat("H=", heads, " topk=", topk, " init=", init, " local=", local,
-                                        " iq=", msa::dtype_name(iq), " keys=", msa::dtype_name(keys),
-                                        " seed=", seed, " requests(q/seq)=");
+                                        " iq=", msa::dtype_name(iq), " keys=", msa::dtype_name(keys));
+    if (keys == DType::nvfp4) s += msa::detail::concat(" global_scale=", global_scale);
+    if (ties) s += " ties";
+    s += msa::detail::concat(" seed=", seed, " requests(q/seq)=");
     for (std::size_t r = 0; r < query_lens.size(); ++r)
       s += msa::detail::concat(r ? "," : "", query_lens[r], "/", seq_lens[r]);
     return s;
@@ -82,7 +88,8 @@ struct Problem {
     a.num_kv_heads = shape.heads;
     a.init_blocks = shape.init;
     a.local_blocks = shape.local;
-    a.cache = msa::make_index_cache_view(shape.keys, cache_at, num_pages, 0, kNvfp4Scale);
+    a.cache = msa::make_index_cache_view(shape.keys, cache_at, num_pages, 0,
+                                         shape.keys == DType::nvfp4 ? shape.global_scale : 1.0f);
     a.block_table = msa::BlockTable{table_at, meta.num_requests, max_blocks, table_stride};
     a.out = msa::TopkView::token_major(out_at, shape.heads, shape.topk);
     return a;
@@ -98,11 +105,11 @@ void put_key_row(Problem& pb, std::int64_t page, std::int64_t j, const float* x)
     for (int grp = 0; grp < kHeadDim / 16; ++grp) {
       float amax = 0.0f;
       for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[16 * grp + i]));
-      const std::uint8_t sf = msa::num::nvfp4_group_scale(amax, kNvfp4Scale);
+      const std::uint8_t sf = msa::num::nvfp4_group_scale(amax, pb.shape.global_scale);
       row[msa::index_nvfp4::kDataBytes + grp] = sf;
       for (int i = 0; i < 16; i += 2) {
-        const std::uint8_t lo = msa::num::nvfp4_encode(x[16 * grp + i], sf, kNvfp4Scale);
-        const std::uint8_t hi = msa::num::nvfp4_encode(x[16 * grp + i + 1], sf, kNvfp4Scale);
+        const std::uint8_t lo = msa::num::nvfp4_encode(x[16 * grp + i], sf, pb.shape.global_scale);
+        const std::uint8_t hi = msa::num::nvfp4_encode(x[16 * grp + i + 1], sf, pb.shape.global_scale);
         row[(16 * grp + i) / 2] = std::uint8_t(lo | (hi << 4));
       }
     }
@@ -158,8 +165,13 @@ Problem make_problem(const Shape& shape) {
   }
   if (shape.shared_pool == 0) {
     for (std::int32_t r = 0; r < R; ++r) {
-      for (std::int32_t j = 0; j < pb.meta.seq_lens[r]; ++j) {
+      if (shape.ties) {
         for (float& x : row) x = normal(rng);
+      }
+      for (std::int32_t j = 0; j < pb.meta.seq_lens[r]; ++j) {
+        if (!shape.ties) {
+          for (float& x : row) x = normal(rng);
+        }
         put_key_row(pb, pb.table[r * pb.table_stride + j / kBlockSize], j % kBlockSize, row);
       }
     }
@@ -326,9 +338,11 @@ void check_shape(const Shape& sh) {
     }
   }
   EXPECT_EQ(differ, 0);
-  // (fp8 scores need a wider gap, which fewer rows have.)
+  // (fp8 scores need a wider gap, which fewer rows have; tied blocks have none.)
   const std::int64_t tenths = sh.iq == DType::fp8_e4m3 ? 3 : 8;
-  EXPECT_GE(compared, std::int64_t(pb.meta.num_tokens) * H * tenths / 10) << "too few well-separated rows";
+  if (!sh.ties) {
+    EXPECT_GE(compared, std::int64_t(pb.meta.num_tokens) * H * tenths / 10) << "too few well-separated rows";
+  }
 }
 
 TEST(CudaIndexer, PrefillChunks) {
@@ -489,6 +503,150 @@ TEST(CudaIndexer, TopkInitLocalVariants) {
     sh.topk = v.topk;
     sh.init = v.init;
     sh.local = v.local;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// ---- lower-precision index caches: nvfp4 keys, fp8 queries -------------------------
+
+// nvfp4 keys (72-byte rows: e2m1 codes, e4m3 group scales, a global scale) with
+// bf16 / fp16 queries in prefill chunks (a fresh prompt, chunks after cached
+// context and starting mid-block, a 1-token prefill) for H = 1, 2, 4, and in a
+// mixed step (decodes, a padding decode, a prefill, a padding prefill).
+TEST(CudaIndexer, Nvfp4KeysPrefillChunks) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(71);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int heads : {1, 2, 4}) {
+    Shape sh;
+    sh.query_lens = {small ? 130 : 600, small ? 40 : 333, 1, small ? 9 : 129};
+    sh.seq_lens = {sh.query_lens[0], small ? 300 : 2500, small ? 200 : 1800, small ? 150 : 1100};
+    sh.decode_threshold = 0;
+    sh.heads = heads;
+    sh.iq = heads == 2 ? DType::fp16 : DType::bf16;
+    sh.keys = DType::nvfp4;
+    sh.global_scale = heads == 4 ? 0.0173f : 1.0f / 64.0f;  // a power of two, and not
+    sh.seed = s++;
+    check_shape(sh);
+  }
+  Shape mixed;
+  mixed.decode_threshold = 2;
+  mixed.query_lens = {2, 2, 2, 37, 5};
+  mixed.seq_lens = {small ? 700 : 5000, 0, 129, small ? 300 : 3000, 0};
+  mixed.heads = 2;
+  mixed.keys = DType::nvfp4;
+  mixed.global_scale = 0.0173f;
+  mixed.seed = s++;
+  check_shape(mixed);
+}
+
+// nvfp4 keys, decode and verify rows only (decode_query_len 1, 2, 4): padding
+// requests, partial last blocks (127, 128 + q - 1, 129 tokens), a global scale
+// that is not a power of two, a head-major top-k view.
+TEST(CudaIndexer, Nvfp4KeysDecodePartialBlocksAndScales) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(72);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int dql : {1, 2, 4}) {
+    Shape sh;
+    sh.decode_threshold = dql;
+    sh.query_lens = {dql, dql, dql, dql, dql, dql};
+    sh.seq_lens = {dql, 127, 128 + dql - 1, 0, 129, small ? 700 : 5000};
+    sh.heads = dql == 1 ? 4 : (dql == 2 ? 1 : 2);
+    sh.keys = DType::nvfp4;
+    sh.iq = dql == 2 ? DType::fp16 : DType::bf16;
+    sh.global_scale = dql == 2 ? 1.0f / 256.0f : 0.0173f;
+    sh.head_major = dql == 2;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// fp8 e4m3 queries on an fp8 cache: verify rows of 2 and 4 tokens with padding
+// requests and partial last blocks, through a head-major top-k view.
+TEST(CudaIndexer, Fp8QueriesVerifyHeadMajor) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(74);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int dql : {2, 4}) {
+    Shape sh;
+    sh.decode_threshold = dql;
+    sh.query_lens = {dql, dql, dql, dql, dql, dql, 37, 5};
+    sh.seq_lens = {dql, 127, 128 + dql - 1, 0, 129, small ? 700 : 5000, small ? 300 : 3000, 0};
+    sh.heads = dql == 2 ? 2 : 1;
+    sh.iq = DType::fp8_e4m3;
+    sh.keys = DType::fp8_e4m3;
+    sh.head_major = true;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// Top-k, init and local variants on the lower-precision caches (decode rows for
+// nvfp4, a prefill too for fp8).
+TEST(CudaIndexer, LowPrecisionTopkInitLocalVariants) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(75);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  struct V {
+    int topk, init, local;
+  };
+  for (DType keys : {DType::nvfp4, DType::fp8_e4m3}) {
+    for (V v : {V{1, 0, 1}, V{16, 1, 2}, V{64, 0, 1}}) {
+      Shape sh;
+      sh.decode_threshold = 1;
+      sh.query_lens = {1, 1, 1};
+      sh.seq_lens = {small ? 3000 : 9000, 64 * 128 + 1, 300};
+      if (keys == DType::fp8_e4m3) {
+        sh.query_lens.push_back(small ? 50 : 200);
+        sh.seq_lens.push_back(small ? 1000 : 12000);
+      }
+      sh.heads = 2;
+      sh.topk = v.topk;
+      sh.init = v.init;
+      sh.local = v.local;
+      sh.keys = keys;
+      sh.iq = keys == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+      sh.seed = s++;
+      check_shape(sh);
+    }
+  }
+}
+
+// Every key of a request the same vector: all its blocks score alike (the
+// partial last block too), so the selection is decided by the tie rule alone
+// (lower block ids first), on every key dtype and query dtype.
+TEST(CudaIndexer, TiedBlocksOnEveryKeyDtype) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(76);
+  MSA_TRACE_SEED(seed);
+  std::uint64_t s = seed;
+  struct D {
+    DType keys, iq;
+  };
+  for (D d : {D{DType::bf16, DType::bf16}, D{DType::fp8_e4m3, DType::fp16}, D{DType::fp8_e4m3, DType::fp8_e4m3},
+              D{DType::nvfp4, DType::bf16}}) {
+    Shape sh;
+    sh.decode_threshold = 2;
+    sh.query_lens = {2, 2, 2, 70};
+    sh.seq_lens = {3000, 0, 2100, 1500};
+    if (d.keys == DType::nvfp4) {  // decode rows only
+      sh.query_lens.pop_back();
+      sh.seq_lens.pop_back();
+    }
+    sh.heads = 2;
+    sh.keys = d.keys;
+    sh.iq = d.iq;
+    sh.ties = true;
     sh.seed = s++;
     check_shape(sh);
   }
@@ -709,6 +867,51 @@ TEST(CudaIndexer, TimingLargeShapes) {
     const double bytes = 128.0 * 131072 * kHeadDim * 2;
     report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, bf16: ", ms,
                                       " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
+  }
+}
+
+// Large shapes on the lower-precision caches, GPU only: fp8 keys with fp8
+// queries (prefill and decode), nvfp4 keys (decode), the shapes of TimingLargeShapes.
+TEST(CudaIndexer, TimingLowPrecisionShapes) {
+  MSA_SKIP_WITHOUT_GPU();
+  if (msa::test::sanitizer_mode()) GTEST_SKIP() << "timing is skipped under the sanitizer";
+  for (DType keys : {DType::fp8_e4m3, DType::nvfp4}) {
+    const DType iq = keys == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+    const std::string what = msa::detail::concat("keys ", msa::dtype_name(keys), ", iq ", msa::dtype_name(iq));
+    if (keys == DType::fp8_e4m3) {
+      Shape sh;
+      sh.query_lens = {16384};
+      sh.seq_lens = {32768};
+      sh.decode_threshold = 0;
+      sh.heads = 4;
+      sh.keys = keys;
+      sh.iq = iq;
+      sh.shared_pool = 256;
+      const Problem pb = make_problem(sh);
+      DeviceProblem dev(pb);
+      const double ms = time_index(pb, dev, 5);
+      double macs = 0;
+      for (std::int32_t t = 0; t < pb.meta.num_tokens; ++t)
+        macs += double(pb.meta.token_position[t] + 1) * kHeadDim * sh.heads;
+      report_timing(msa::detail::concat("index prefill 16384 tokens (ctx 16384 -> 32768), H=4, ", what, ": ", ms,
+                                        " ms, ", 2 * macs / ms * 1e-9, " TFLOP/s (causal dots)"));
+    }
+    for (int dql : {1, 2}) {
+      Shape sh;
+      sh.decode_threshold = dql;
+      sh.query_lens.assign(128, dql);
+      sh.seq_lens.assign(128, 131072);
+      sh.heads = 4;
+      sh.keys = keys;
+      sh.iq = iq;
+      sh.shared_pool = 4096;
+      const Problem pb = make_problem(sh);
+      DeviceProblem dev(pb);
+      const double ms = time_index(pb, dev, 5);
+      const double bytes = 128.0 * 1024 * double(msa::index_page_bytes(keys));  // 1024 blocks a request
+      report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, ", what, ": ", ms,
+                                        " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
+    }
   }
 }
 

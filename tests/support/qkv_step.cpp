@@ -110,10 +110,17 @@ PreAttentionArgs QkvStep::args(Workload& w) const {
   a.q = w.q.data();
   a.q_dtype = w.spec().q_dtype;
   a.q_scale = w.q_scale;
-  a.index_q = w.index_q.data();
-  a.index_q_dtype = w.src_dtype();
+  a.index_q = w.spec().fp8_index_query ? w.index_q_e4m3.data() : w.index_q.data();
+  a.index_q_dtype = w.spec().fp8_index_query ? DType::fp8_e4m3 : w.src_dtype();
   a.slots = w.slots.data();
   a.index_slots = w.index_slots.data();
+  return a;
+}
+
+PreAttentionArgs QkvStep::twin_args(Workload& w) const {
+  PreAttentionArgs a = args(w);
+  a.index_q = w.index_q.data();
+  a.index_q_dtype = w.src_dtype();
   return a;
 }
 

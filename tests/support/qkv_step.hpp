@@ -24,9 +24,14 @@ struct QkvStep {
   std::int64_t max_position = 0;
 
   // The arguments over these buffers and the workload's (host memory): q into
-  // w.q (q_dtype, with w.q_scale), index q into w.index_q, slots w.slots and
-  // w.index_slots.
+  // w.q (q_dtype, with w.q_scale), index q into the buffer the workload's
+  // indexer reads (w.index_q_e4m3 in e4m3 with fp8_index_query, else
+  // w.index_q in the src dtype), slots w.slots and w.index_slots.
   PreAttentionArgs args(Workload& w) const;
+  // The same for the bf16 index twin (bf16_index_twin): index q into w.index_q
+  // in the src dtype; call it with w.twin_index_view() (K, V and q come out as
+  // with args()).
+  PreAttentionArgs twin_args(Workload& w) const;
 };
 
 // Also sets w.q_scale for an fp8 query: the step's q comes out of the norm, so

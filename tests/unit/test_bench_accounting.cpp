@@ -651,6 +651,7 @@ TEST(CheckCases, CoverEveryDimension) {
   std::set<int> groups, topks, kinds;
   std::set<DType> qs, index_dtypes;
   std::set<std::int32_t> seqs;
+  int fp8_index_queries = 0;
   for (const CheckCase& c : cases) {
     SCOPED_TRACE(c.name());
     flavors.insert(kv_flavor_name(c.kv_dtype, c.scale_mode));
@@ -660,6 +661,13 @@ TEST(CheckCases, CoverEveryDimension) {
     kinds.insert(int(c.kind));
     qs.insert(c.q_dtype);
     index_dtypes.insert(c.index_dtype);
+    fp8_index_queries += c.fp8_index_query;
+    if (c.fp8_index_query) {
+      EXPECT_EQ(c.index_dtype, DType::fp8_e4m3);
+      EXPECT_EQ(c.iq_dtype(), DType::fp8_e4m3);
+    } else {
+      EXPECT_EQ(c.iq_dtype(), c.src_dtype);
+    }
     for (const auto s : c.seq_lens) seqs.insert(s);
     // The batch is one the metadata accepts, with at least one real request.
     BatchSpec spec{c.query_lens, c.seq_lens, c.decode_threshold};
@@ -677,7 +685,8 @@ TEST(CheckCases, CoverEveryDimension) {
   EXPECT_EQ(topks, (std::set<int>{1, 16, 64}));
   EXPECT_EQ(kinds.size(), 4u);
   EXPECT_TRUE(qs.count(DType::fp8_e4m3));
-  EXPECT_EQ(index_dtypes.size(), 2u);
+  EXPECT_EQ(index_dtypes, (std::set<DType>{DType::bf16, DType::fp8_e4m3, DType::nvfp4}));
+  EXPECT_GE(fp8_index_queries, 84 / 3 / 4) << "about half of the fp8 index cases";
   for (const std::int32_t s : {1, 127, 129, 2047, 2049}) EXPECT_TRUE(seqs.count(s)) << "seq_len " << s;
   EXPECT_GE(*seqs.rbegin(), 10000);
 }

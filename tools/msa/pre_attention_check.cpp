@@ -28,16 +28,6 @@ double stored(DType dtype, float u, float scale) {
   return dtype == DType::bf16 ? num::bf16_to_float(b) : num::fp16_to_float(b);
 }
 
-// Feature d of the index key at (page, token), dequantized (nvfp4: contract 4.2).
-double read_index_key(const IndexCacheView& c, std::int64_t page, std::int64_t token, int d) {
-  if (c.dtype != DType::nvfp4) return ref::read_element(c.base, c.dtype, c.offset(page, token, d));
-  const auto* row = static_cast<const std::uint8_t*>(c.base) + index_nvfp4::row_offset(c, page, token);
-  const std::uint8_t byte = row[d / 2];
-  const std::uint8_t code = d % 2 ? byte >> 4 : byte & 0xF;
-  return double(num::e2m1_to_float(code)) * num::e4m3_to_float(row[index_nvfp4::kDataBytes + d / 16]) *
-         c.global_scale;
-}
-
 PreAttentionCheck::Output compare_values(const std::string& name, const std::vector<double>& got,
                                          const std::vector<double>& want) {
   PreAttentionCheck::Output o;
@@ -142,12 +132,13 @@ PreAttentionCheck check_pre_attention(Workload& w, const QkvStep& step) {
   cpu::insert_index(scratch_index, InsertIndexArgs{ik_rows.data(), src, scratch_slots.data(), T}, w.cpu_options());
   got.clear();
   want.clear();
+  double row[D];
   for (std::int64_t i = 0; i < T; ++i) {
     const std::int64_t slot = a.index_slots[i];
-    for (int d = 0; d < D; ++d) {
-      got.push_back(read_index_key(index_cache, slot / kBlockSize, slot % kBlockSize, d));
-      want.push_back(read_index_key(scratch_index, i / kBlockSize, i % kBlockSize, d));
-    }
+    ref::read_index_row(index_cache, slot / kBlockSize, slot % kBlockSize, row);
+    got.insert(got.end(), row, row + D);
+    ref::read_index_row(scratch_index, i / kBlockSize, i % kBlockSize, row);
+    want.insert(want.end(), row, row + D);
   }
   r.outputs.push_back(compare_values("index keys", got, want));
   for (const PreAttentionCheck::Output& o : r.outputs) {

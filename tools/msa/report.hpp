@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "index_agreement.hpp"
 #include "oracle_check.hpp"
 #include "pre_attention_check.hpp"
 #include "step_stats.hpp"
@@ -30,6 +31,7 @@ struct RunReport {
   StepStats stats;
   std::vector<StageTime> stages;
   CheckResult check;
+  IndexAgreement agreement;  // fp8 / nvfp4 index against the bf16 index (measured = false for bf16)
   std::optional<PreAttentionCheck> pre_attention;  // when the step started from the qkv rows
   double total_seconds = 0.0;
 

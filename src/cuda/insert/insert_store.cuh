@@ -2,8 +2,9 @@
 // pre-attention kernel so that every writer of a cache quantizes the same way:
 // 16 lanes hold one row of 128 values, lane c the elements 8c .. 8c+7, and
 // store it into the main cache (any dtype, layout and scale mode) or into the
-// index cache. Row reductions (per-(token, head) amax, nvfp4 group amax) are
-// shuffles among the 16 lanes named by `mask`, which must all take part.
+// index cache (insert_util.cuh's element stores and nvfp4 quantizer). Row
+// reductions (per-(token, head) amax, nvfp4 group amax) are shuffles among the
+// 16 lanes named by `mask`, which must all take part.
 #pragma once
 
 #include <cstdint>
@@ -18,28 +19,6 @@
 
 namespace msa::cuda::insert_detail {
 
-// Quantizes 8 elements (8c .. 8c+7 of one row) to nvfp4 (contracts 4.2, 4.3):
-// 4 data bytes at data + 4c and, from even lanes, the e4m3 scale of the
-// 16-element group at scales[c / 2].
-//   data: the row's 64 data bytes   scales: its 8 scale bytes
-__device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, int c, std::uint8_t* data,
-                                            std::uint8_t* scales, unsigned mask) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-  amax = fmaxf(amax, __shfl_xor_sync(mask, amax, 1));  // the other half of the group
-  const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
-  std::uint32_t bytes = 0;
-#pragma unroll
-  for (int e = 0; e < 8; e += 2) {
-    const std::uint32_t lo = num::nvfp4_encode(x[e], sf, global_scale);
-    const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
-    bytes |= (lo | (hi << 4)) << (4 * e);
-  }
-  store_bytes4(data + 4 * c, bytes);
-  if ((c & 1) == 0) scales[c >> 1] = sf;
-}
-
 // K (is_v 0) or V (is_v 1) of KV head `head` at (page, token): the row's
 // elements 8c .. 8c+7 from this lane. fp8 per_token_head rows write their scale
 // (amax / fp8 max, 1 when amax is 0) from lane 0 of the row.
@@ -49,8 +28,8 @@ __device__ __forceinline__ void store_kv8(const KVCacheView& cache, std::int64_t
                                           const float* x, unsigned mask) {
   if constexpr (Dst == kDstNvfp4) {
     auto* slot = static_cast<std::uint8_t*>(cache.k) + nvfp4::slot_offset(cache, page, head, is_v);
-    store_nvfp4(x, is_v ? cache.v_scale : cache.k_scale, c, slot + nvfp4::data_offset(token, 0),
-                slot + nvfp4::scale_offset(token, 0), mask);
+    store_nvfp4_8(x, is_v ? cache.v_scale : cache.k_scale, c, mask, slot + nvfp4::data_offset(token, 0),
+                  slot + nvfp4::scale_offset(token, 0));
   } else {
     float scale = 1.0f;
     if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {
@@ -89,7 +68,7 @@ __device__ __forceinline__ void store_index8(const IndexCacheView& cache, std::i
                                              std::int64_t token, int c, const float* x, unsigned mask) {
   if constexpr (Dst == kDstNvfp4) {
     std::uint8_t* row = static_cast<std::uint8_t*>(cache.base) + index_nvfp4::row_offset(cache, page, token);
-    store_nvfp4(x, cache.global_scale, c, row, row + index_nvfp4::kDataBytes, mask);
+    store_nvfp4_8(x, cache.global_scale, c, mask, row, row + index_nvfp4::kDataBytes);
   } else {
     store8<Dst>(cache.base, cache.offset(page, token, 8 * c), x, 1.0f);
   }
