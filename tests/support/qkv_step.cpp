@@ -80,7 +80,8 @@ QkvStep make_qkv_step(Workload& w, double rope_theta) {
     s.weights[k] = float(0.2 * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
   }
   s.positions.resize(std::size_t(T));
-  for (std::int64_t i = 0; i < T; ++i) s.positions[std::size_t(i)] = std::max(w.meta().token_position[std::size_t(i)], 0);
+  for (std::int64_t i = 0; i < T; ++i)
+    s.positions[std::size_t(i)] = std::max(w.meta().token_position[std::size_t(i)], 0);
   s.max_position = 1 + *std::max_element(s.positions.begin(), s.positions.end());
   s.cos_sin.resize(std::size_t(s.max_position * kRopeDims));
   make_rope_table(rope_theta, s.max_position, s.cos_sin.data());

@@ -21,8 +21,8 @@ void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Strea
   const std::int64_t pages_per_copy = (N + kBlockSize - 1) / kBlockSize;
   const std::int64_t index_page_bytes = std::int64_t(kBlockSize) * kHeadDim * 2;
   res.traffic = pre_attention_traffic(c, mode);
-  const double copy_bytes = double(N * heads * kHeadDim * 2) +
-                            double(pages_per_copy) * (double(H) * double(kv_block_bytes(c.dtype, mode)) + index_page_bytes);
+  const double page_bytes = double(H) * double(kv_block_bytes(c.dtype, mode)) + double(index_page_bytes);
+  const double copy_bytes = double(N * heads * kHeadDim * 2) + double(pages_per_copy) * page_bytes;
   res.copies = rotation_copies(res.traffic.bytes, copy_bytes, s.l2_bytes, s.memory_budget);
   const std::int64_t pages = pages_per_copy * res.copies;
 
@@ -76,10 +76,11 @@ void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Strea
     a.slots = slots[std::size_t(i)].as<std::int64_t>();
   }
   res.device_bytes = pool.bytes() + double(index_pool.bytes() + q.bytes() + iq.bytes() + d_table.bytes());
-  for (int i = 0; i < res.copies; ++i) res.device_bytes += double(qkv[std::size_t(i)].bytes() + slots[std::size_t(i)].bytes());
+  for (int i = 0; i < res.copies; ++i)
+    res.device_bytes += double(qkv[std::size_t(i)].bytes() + slots[std::size_t(i)].bytes());
 
-  const TimedRun run = time_graphs(
-      [&](int i) { cuda::pre_attention(pool.cache, index_cache, args[std::size_t(i)], stream); }, res.copies, s, stream);
+  const auto direct = [&](int i) { cuda::pre_attention(pool.cache, index_cache, args[std::size_t(i)], stream); };
+  const TimedRun run = time_graphs(direct, res.copies, s, stream);
   res.time = run.time;
   res.graph = run.graph;
   res.note = run.note;
