@@ -98,7 +98,7 @@ indexer::DecodeScoreLaunch decode_units(const StepView& step, std::int32_t heads
 void legacy_scores(const StepView& step, const IndexerArgs& args, float* scores, std::int32_t max_blocks,
                    std::int32_t block_limit, std::int64_t row_begin, std::int64_t row_end, bool decode,
                    std::int64_t* check, cudaStream_t s) {
-  MSA_CHECK(is_half(args.iq_dtype) && (args.cache.dtype == DType::bf16 || args.cache.dtype == DType::fp8_e4m3),
+  MSA_CHECK(is_half(args.iq_dtype),
             "indexer: iq_dtype = ", dtype_name(args.iq_dtype), " with an index cache of ", dtype_name(args.cache.dtype),
             " needs the Hopper kernels, which cannot map this index cache (base or page_stride not 16-byte aligned?)");
   const std::int64_t H = args.num_kv_heads;
@@ -185,7 +185,6 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
                                      key_map, query_map, scores, max_blocks, block_limit,
                                      int(std::min<std::int64_t>(sms, tiles * block_limit)), check.buffer, s);
     } else {
-      MSA_CHECK(kd != DType::nvfp4, "indexer: prefill rows on an nvfp4 index cache are not supported yet");
       legacy_scores(step, args, scores, max_blocks, block_limit, decode_rows, all_rows, false, check.buffer, s);
     }
   }
