@@ -59,35 +59,36 @@ void check_cache(const KVCacheView& c) {
               "attend: per_token_head fp8 scales but cache.k_scales / cache.v_scales is null");
 }
 
+// The arguments' problem against the plan's, field by field.
+void check_problem_matches(const AttentionProblem& plan, const AttentionArgs& args) {
+  const AttentionProblem got = AttentionProblem::of(args);
+  MSA_CHECK(got.num_q_heads == plan.num_q_heads, "attend: args.num_q_heads = ", got.num_q_heads,
+            " but the plan has ", plan.num_q_heads);
+  MSA_CHECK(got.num_kv_heads == plan.num_kv_heads, "attend: cache.num_kv_heads = ", got.num_kv_heads,
+            " but the plan has ", plan.num_kv_heads);
+  MSA_CHECK(got.topk == plan.topk, "attend: topk.topk = ", got.topk, " but the plan has ", plan.topk);
+  MSA_CHECK(got.q_dtype == plan.q_dtype, "attend: q_dtype = ", dtype_name(got.q_dtype), " but the plan has ",
+            dtype_name(plan.q_dtype));
+  MSA_CHECK(got.out_dtype == plan.out_dtype, "attend: out_dtype = ", dtype_name(got.out_dtype),
+            " but the plan has ", dtype_name(plan.out_dtype));
+  MSA_CHECK(got.kv_dtype == plan.kv_dtype, "attend: cache dtype = ", dtype_name(got.kv_dtype),
+            " but the plan has ", dtype_name(plan.kv_dtype));
+  MSA_CHECK(got.kv_token_scales == plan.kv_token_scales, "attend: the cache's scales are ",
+            got.kv_token_scales ? "per (token, head)" : "not per (token, head)", " but the plan's ",
+            plan.kv_token_scales ? "are" : "are not");
+}
+
 void check_run(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args) {
-  const AttentionShape& s = plan.shape;
-  MSA_CHECK(plan.num_tokens == step.num_tokens, "attend: the plan is for ", plan.num_tokens,
-            " tokens but the step has ", step.num_tokens);
-  MSA_CHECK(plan.num_decode_tokens == step.num_decode_tokens, "attend: the plan is for ",
-            plan.num_decode_tokens, " decode tokens but the step has ", step.num_decode_tokens);
-  MSA_CHECK(args.num_q_heads == s.num_q_heads, "attend: args.num_q_heads = ", args.num_q_heads,
-            " but the plan has ", s.num_q_heads);
-  MSA_CHECK(args.cache.num_kv_heads == s.num_kv_heads, "attend: cache.num_kv_heads = ",
-            args.cache.num_kv_heads, " but the plan has ", s.num_kv_heads);
-  MSA_CHECK(args.topk.topk == s.topk, "attend: topk.topk = ", args.topk.topk, " but the plan has ",
-            s.topk);
-  MSA_CHECK(args.q_dtype == s.q_dtype, "attend: q_dtype = ", dtype_name(args.q_dtype),
-            " but the plan has ", dtype_name(s.q_dtype));
-  MSA_CHECK(args.out_dtype == s.out_dtype, "attend: out_dtype = ", dtype_name(args.out_dtype),
-            " but the plan has ", dtype_name(s.out_dtype));
-  MSA_CHECK(args.cache.dtype == s.kv_dtype, "attend: cache dtype = ", dtype_name(args.cache.dtype),
-            " but the plan has ", dtype_name(s.kv_dtype));
-  MSA_CHECK(plan.decode_splits >= 1 && plan.decode_splits <= kMaxSplits && plan.prefill_splits >= 1 &&
-                plan.prefill_splits <= kMaxSplits,
-            "attend: plan splits (", plan.decode_splits, ", ", plan.prefill_splits,
-            ") are not in [1, ", kMaxSplits, "]");
-  const WorkspaceLayout layout =
-      workspace_layout(plan.num_tokens, plan.num_decode_tokens, s.num_q_heads, s.num_kv_heads,
-                       Splits{plan.decode_splits, plan.prefill_splits});
-  MSA_CHECK(layout.bytes == 0 || (plan.workspace != nullptr && plan.workspace_bytes >= layout.bytes &&
-                                  plan.partial_out != nullptr && plan.partial_lse != nullptr),
-            "attend: the plan splits rows (", plan.decode_splits, " / ", plan.prefill_splits,
-            ") but its workspace has ", plan.workspace_bytes, " bytes of the ", layout.bytes, " needed");
+  const AttentionSchedule& s = plan.schedule;
+  check_problem_matches(s.problem, args);
+  MSA_CHECK(s.num_tokens == step.num_tokens, "attend: the plan is for ", s.num_tokens, " tokens but the step has ",
+            step.num_tokens);
+  MSA_CHECK(s.num_decode_tokens == step.num_decode_tokens, "attend: the plan is for ", s.num_decode_tokens,
+            " decode tokens but the step has ", step.num_decode_tokens);
+  MSA_CHECK(s.tiles == 0 || s.num_requests == step.num_requests, "attend: the plan is for ", s.num_requests,
+            " requests but the step has ", step.num_requests);
+  MSA_CHECK(plan.workspace.bytes >= s.map.bytes && (s.map.bytes == 0 || plan.workspace.data != nullptr),
+            "attend: the plan's workspace has ", plan.workspace.bytes, " bytes of the ", s.map.bytes, " needed");
   if (step.num_tokens == 0) return;
   MSA_CHECK(args.q != nullptr && args.out != nullptr, "attend: args.q / args.out is null");
   MSA_CHECK(aligned16(args.q) && aligned16(args.out), "attend: args.q and args.out must be 16-byte aligned");
@@ -103,23 +104,23 @@ void check_run(const AttentionPlan& plan, const StepView& step, const AttentionA
 
 AttendParams make_params(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args,
                          const DeviceCheck& check) {
+  const AttentionSchedule& s = plan.schedule;
   const KVCacheView& c = args.cache;
+  auto* base = static_cast<unsigned char*>(plan.workspace.data);
   AttendParams p;
   p.q = args.q;
   p.q_kind = args.q_dtype == DType::fp16 ? kQueryFp16 : args.q_dtype == DType::fp8_e4m3 ? kQueryE4m3 : kQueryBf16;
   p.out = args.out;
   p.out_fp16 = args.out_dtype == DType::fp16;
   p.lse = args.lse;
-  p.partial_out = plan.partial_out;
-  p.partial_lse = plan.partial_lse;
-  const WorkspaceLayout layout =
-      workspace_layout(plan.num_tokens, plan.num_decode_tokens, plan.shape.num_q_heads,
-                       plan.shape.num_kv_heads, Splits{plan.decode_splits, plan.prefill_splits});
-  if (layout.bytes > 0)
-    p.counters = reinterpret_cast<int*>(static_cast<unsigned char*>(plan.workspace) + layout.counter_offset);
-  p.max_splits = std::max(plan.decode_splits, plan.prefill_splits);
-  p.num_q_heads = plan.shape.num_q_heads;
-  p.num_kv_heads = plan.shape.num_kv_heads;
+  if (s.map.max_splits > 1) {
+    p.partial_out = reinterpret_cast<float*>(base + s.map.partial_out);
+    p.partial_lse = reinterpret_cast<float*>(base + s.map.partial_lse);
+    p.counters = reinterpret_cast<int*>(base + s.map.counters);
+  }
+  p.max_splits = s.map.max_splits;
+  p.num_q_heads = s.problem.num_q_heads;
+  p.num_kv_heads = s.problem.num_kv_heads;
   p.group = p.num_q_heads / p.num_kv_heads;
 
   float k_scale = 1.0f, v_scale = 1.0f;
@@ -158,8 +159,8 @@ AttendParams make_params(const AttentionPlan& plan, const StepView& step, const 
   p.table_rows = args.block_table.num_rows;
   p.table_cols = args.block_table.max_blocks;
 
-  p.decode_splits = plan.decode_splits;
-  p.prefill_splits = plan.prefill_splits;
+  p.decode_splits = s.decode_splits;
+  p.prefill_splits = s.prefill_splits;
   p.check = check.buffer;
   return p;
 }
@@ -196,15 +197,22 @@ void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaSt
   });
 }
 
+// The wgmma token tiles of the cache's kind.
+void launch_wgmma_tiles(const AttendParams& p, const KvMaps& maps, DType kv, bool f16, cudaStream_t s) {
+  dispatch(kv, f16, "attend", [&](auto kind, auto fp16) {
+    launch_attend_wgmma_tiles<decltype(kind)::value, decltype(fp16)::value>(p, maps, s);
+  });
+}
+
 }  // namespace
 
-void prepare_kernels(const AttentionShape& shape) {
-  // The row kernel on fp16 MMA (row_f16; the shape does not say whether fp8
-  // scales are per token), and every kernel on the output's type.
-  dispatch(shape.kv_dtype, true, "attention", [](auto kind, auto fp16) {
+void prepare_kernels(const AttentionProblem& problem) {
+  // The row kernel on fp16 MMA (row_f16 may pick it for any output), and
+  // every kernel on the output's type.
+  dispatch(problem.kv_dtype, true, "attention", [](auto kind, auto fp16) {
     prepare_attend<decltype(kind)::value, decltype(fp16)::value>();
   });
-  dispatch(shape.kv_dtype, shape.out_dtype == DType::fp16, "attention", [&](auto kind, auto fp16) {
+  dispatch(problem.kv_dtype, problem.out_dtype == DType::fp16, "attention", [&](auto kind, auto fp16) {
     constexpr KvKind kKind = decltype(kind)::value;
     constexpr bool kF16 = decltype(fp16)::value;
     prepare_attend<kKind, kF16>();
@@ -214,18 +222,19 @@ void prepare_kernels(const AttentionShape& shape) {
       prepare_attend_key_major<kF16>();
     } else {
       prepare_attend_wgmma_tiles<KvKind::half, kF16>();  // tiles over blocks widened ahead (widen.hpp)
-      if (kKind != KvKind::nvfp4 && shape.kv_token_scales) prepare_attend_wgmma_tiles<KvKind::half, kF16, true>();
+      if (kKind != KvKind::nvfp4 && problem.kv_token_scales) prepare_attend_wgmma_tiles<KvKind::half, kF16, true>();
     }
   });
 }
 
-ClusterCapacity cluster_capacity(const AttentionShape& shape, bool one_cta_per_sm) {
+ClusterCapacity cluster_capacity(const AttentionProblem& problem, bool one_cta_per_sm) {
   // Either row-kernel instance may run (row_f16): the smaller capacity. At
   // one CTA per SM, the bf16 row kernel's (its shared memory holds one CTA
   // per SM) stands for a kernel that fits more.
-  const DType kv = one_cta_per_sm && row_kernel_ctas_per_sm(shape.kv_dtype) > 1 ? DType::bf16 : shape.kv_dtype;
+  const DType kv =
+      one_cta_per_sm && row_kernel_ctas_per_sm(problem.kv_dtype) > 1 ? DType::bf16 : problem.kv_dtype;
   ClusterCapacity c;
-  for (const bool f16 : {true, shape.out_dtype == DType::fp16}) {
+  for (const bool f16 : {true, problem.out_dtype == DType::fp16}) {
     dispatch(kv, f16, "attention", [&](auto kind, auto fp16) {
       constexpr KvKind kKind = decltype(kind)::value;
       constexpr bool kF16 = decltype(fp16)::value;
@@ -238,141 +247,118 @@ ClusterCapacity cluster_capacity(const AttentionShape& shape, bool one_cta_per_s
   return c;
 }
 
+ClusterCapacity row_instance_capacity(const AttentionProblem& problem) {
+  ClusterCapacity c;
+  const bool f16 = row_f16(problem.kv_dtype, problem.out_dtype == DType::fp16, problem.kv_token_scales);
+  dispatch(problem.kv_dtype, f16, "attention", [&](auto kind, auto fp16) {
+    for (int size = 2; size <= kMaxClusterSplits; ++size)
+      c.clusters[size] = row_cluster_capacity<decltype(kind)::value, decltype(fp16)::value>(size);
+  });
+  return c;
+}
+
 }  // namespace attention
 
 void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args, Stream stream,
             const DeviceCheck& check) {
   using namespace attention;
+  const AttentionSchedule& s = plan.schedule;
   check::step_shape(step);
-  check_shape(plan.shape);
   check_run(plan, step, args);
   check::attention_shape(step, args);
   if (step.num_tokens == 0) return;
 
   AttendParams p = make_params(plan, step, args, check);
-  const std::int64_t prefill_tokens = std::int64_t(step.num_tokens) - step.num_decode_tokens;
-  const int group = p.group;
-  const bool tiles = prefill_tokens > 0 && use_token_tiles(group, p.topk_count, p.prefill_splits);
-  // Row kernel: decode rows first, then prefill rows unless they run as tiles.
-  const std::int64_t row_ctas = std::int64_t(step.num_decode_tokens) * p.num_kv_heads * p.decode_splits +
-                                (tiles ? 0 : prefill_tokens * p.num_kv_heads * p.prefill_splits);
-  const int tokens_per_tile = tile_tokens(group, p.topk_count);
-  const std::int64_t tiles_ctas =
-      tiles ? tile_ctas(prefill_tokens, step.num_requests, tokens_per_tile, p.num_kv_heads) : 0;
-  MSA_CHECK(row_ctas <= std::numeric_limits<std::int32_t>::max() &&
-                tiles_ctas <= std::numeric_limits<std::int32_t>::max(),
-            "attend: ", std::max(row_ctas, tiles_ctas),
-            " CTAs exceed the grid limit (tokens x kv heads x splits)");
-  // The token tiles' MMA type: the cache's for bf16 / fp16 caches, else the
-  // output's (the row kernel's: row_f16).
-  const bool f16 = args.out_dtype == DType::fp16;
-  const auto s = static_cast<cudaStream_t>(stream);
-  const bool row_mma_f16 = row_f16(args.cache.dtype, f16, p.v_scales != nullptr);
-  // Row kernel: one launch per class, so that each has its own cluster size.
-  const std::int64_t decode_ctas = std::int64_t(step.num_decode_tokens) * p.num_kv_heads * p.decode_splits;
-  if (decode_ctas > 0) {
+  const DType kv = s.problem.kv_dtype;
+  const bool f16 = s.problem.out_dtype == DType::fp16;  // the token tiles' MMA type (bf16 / fp16 caches: the cache's)
+  const auto st = static_cast<cudaStream_t>(stream);
+  auto* base = static_cast<unsigned char*>(plan.workspace.data);
+
+  // The row kernel: one launch per class, so that each has its own cluster size.
+  if (s.decode_ctas > 0) {
     AttendParams d = p;
-    d.cluster_splits = use_cluster_merge(p.decode_splits) ? p.decode_splits : 0;
-    launch<false>(d, args.cache.dtype, row_mma_f16, decode_ctas, s);
+    d.cluster_splits = s.decode_cluster;
+    launch<false>(d, kv, s.row_f16, s.decode_ctas, st);
   }
-  if (row_ctas > decode_ctas) {
+  if (s.prefill_ctas > 0) {
     AttendParams r = p;
-    r.cta_offset = decode_ctas;
-    r.cluster_splits = use_cluster_merge(p.prefill_splits) ? p.prefill_splits : 0;
-    launch<false>(r, args.cache.dtype, row_mma_f16, row_ctas - decode_ctas, s);
+    r.cta_offset = s.decode_ctas;
+    r.cluster_splits = s.prefill_cluster;
+    launch<false>(r, kv, s.row_f16, s.prefill_ctas, st);
   }
-  if (tiles_ctas > 0) {
-    p.tile_tokens = tokens_per_tile;
-    p.tile_count = tiles_ctas;
-    KvMaps maps;
-    // nvfp4 needs no tensor map: its producer bulk-copies the head-slot runs.
-    // (The wgmma tiles load a bf16 / fp16 query's first tile through its map.)
-    if (use_wgmma_tiles(true, group, tokens_per_tile) &&
-        (args.cache.dtype == DType::nvfp4 || make_kv_maps(args.cache, maps)) &&
-        make_query_map(args.q, args.q_dtype, step.num_tokens, p.num_q_heads, group, maps)) {
-      // Whole warpgroups of output rows go out by TMA where the output can be mapped.
-      make_output_map(args.out, args.out_dtype, step.num_tokens, p.num_q_heads, group, maps);
-      // A step that may run key-major: the k2q plan and the device's choice
-      // first; both kernels launch, the one not chosen exits at once.
-      KeyMajorBuffers km;
-      const bool key_major = plan.key_major_rows > 0 && is_half(args.cache.dtype);
-      if (key_major) {
-        km.base = static_cast<unsigned char*>(plan.workspace);
-        km.layout = plan_key_major_layout(plan, step.num_requests, tokens_per_tile);
-        MSA_CHECK(plan.workspace != nullptr && plan.workspace_bytes >= km.layout.end, "attend: the plan's workspace has ",
-                  plan.workspace_bytes, " bytes of the ", km.layout.end, " its key-major step needs");
-        const bool always = key_major_mode(static_cast<int>(plan.shape.prefill_order), true, true, step.num_tokens,
-                                           step.num_decode_tokens, step.num_requests) == KeyMajorMode::always;
-        prepare_key_major(km, step, args, p, tokens_per_tile, always, s, check);
-        p.tile_gate = km.tile_gate();
-      }
-      // fp8 / nvfp4: the step's blocks widened ahead (widen.hpp), the tiles
-      // then on the bf16 / fp16 kernel (per-token fp8 scales: with the
-      // pages' scales, when the plan made room for them); a gated step also
-      // launches the on-the-fly kernel, and the device runs one of the two.
-      WidenArea widen;
-      KvMaps widen_maps = maps;  // the query and output maps carry over; widened_maps sets the KV maps
-      bool widened = false;
-      const bool token_scales = p.k_scales != nullptr;
-      if (plan.widen_pages > 0 && widens_exactly(args.cache.dtype)) {
-        widen = widen_area(plan, step);
-        widened = (!token_scales || widen.choice.scales) && widened_maps(widen, widen_maps);
-      }
-      // Split tiles (plan.tile_splits > 1, only planned for the persistent
-      // kernel of a step that cannot run key-major: bf16 / fp16 caches, or
-      // blocks widened ahead that surely fit): tile_splits items per tile from
-      // plan.tile_split_from on, then the merge.
-      const bool split_tiles =
-          !key_major && plan.tile_splits > 1 && (is_half(args.cache.dtype) || (widened && !widen.choice.gated));
-      if (split_tiles) {
-        MSA_CHECK(plan.tile_partial_out != nullptr && plan.tile_partial_lse != nullptr,
-                  "attend: the plan splits token tiles ", plan.tile_splits, " ways but has no partials");
-        MSA_CHECK(plan.tile_split_from >= 0 && plan.tile_split_from <= tiles_ctas, "attend: plan.tile_split_from = ",
-                  plan.tile_split_from, " is not in [0, ", tiles_ctas, "] (the step's token tiles)");
-        p.tile_splits = plan.tile_splits;
-        p.tile_split_from = plan.tile_split_from;
-        p.tile_count = tile_split_items(tiles_ctas, TileSplit{plan.tile_splits, plan.tile_split_from});
-        p.tile_partial_out = plan.tile_partial_out;
-        p.tile_partial_lse = plan.tile_partial_lse;
-      }
-      if (widened) {
-        widen_ahead(p, widen, args.cache.dtype, s);
-        const AttendParams w = widened_params(p, widen);
-        if (token_scales) {
-          if (widen.f16) launch_attend_wgmma_tiles<KvKind::half, true, true>(w, widen_maps, s);
-          else launch_attend_wgmma_tiles<KvKind::half, false, true>(w, widen_maps, s);
-        } else {
-          if (widen.f16) launch_attend_wgmma_tiles<KvKind::half, true>(w, widen_maps, s);
-          else launch_attend_wgmma_tiles<KvKind::half, false>(w, widen_maps, s);
-        }
-        if (widen.choice.gated) p.tile_gate = widen.gates() + 1;
-      }
-      if (!widened || widen.choice.gated) {
-        dispatch(args.cache.dtype, f16, "attend", [&](auto kind, auto fp16) {
-          constexpr KvKind kKind = decltype(kind)::value;
-          launch_attend_wgmma_tiles<kKind, decltype(fp16)::value>(p, maps, s);
-        });
-      }
-      if (split_tiles) combine_tile_splits(p, s);
-      if (key_major) {
-        AttendParams k = p;
-        k.tile_count = km.layout.max_items;
-        k.tile_gate = km.key_major_gate();
-        k.km_items = km.items();
-        k.km_tokens = km.tokens();
-        k.km_slots = km.slots();
-        k.km_partial_out = km.partial_out();
-        k.km_partial_lse = km.partial_lse();
-        // The MMA type is the cache's.
-        if (args.cache.dtype == DType::fp16) launch_attend_key_major<true>(k, maps, s);
-        else launch_attend_key_major<false>(k, maps, s);
-        combine_key_major(km, k, s);
-      }
+  if (s.tiles == 0) return;
+
+  // The token tiles.
+  p.tile_tokens = s.tile_tokens;
+  p.tile_count = s.tiles;
+  if (s.prefill == PrefillKernel::mma_sync_tiles) {
+    launch<true>(p, kv, f16, s.tiles, st);
+    return;
+  }
+  const int group = p.group;
+  KvMaps maps;
+  // nvfp4 needs no K / V map: its producer bulk-copies the head-slot runs.
+  // (The wgmma tiles load a bf16 / fp16 query's first tile through its map.)
+  MSA_CHECK((kv == DType::nvfp4 || make_kv_maps(args.cache, maps)) &&
+                make_query_map(args.q, args.q_dtype, step.num_tokens, p.num_q_heads, group, maps),
+            "attend: the driver could not encode the TMA maps of the cache or the query");
+  // Whole warpgroups of output rows go out by TMA where the output can be mapped.
+  make_output_map(args.out, args.out_dtype, step.num_tokens, p.num_q_heads, group, maps);
+  // Split tiles: tile_splits items per tile from tile_split_from on, then the merge.
+  const bool split_tiles = s.tile_splits > 1;
+  if (split_tiles) {
+    p.tile_splits = s.tile_splits;
+    p.tile_split_from = s.tile_split_from;
+    p.tile_count = tile_split_items(s.tiles, TileSplit{s.tile_splits, s.tile_split_from});
+    p.tile_partial_out = base + s.map.tile_partial_out;
+    p.tile_partial_lse = reinterpret_cast<float*>(base + s.map.tile_partial_lse);
+  }
+  if (s.prefill == PrefillKernel::key_major) {
+    // The k2q plan and the device's choice first; both kernels launch, the
+    // one not chosen exits at once.
+    const KeyMajorBuffers km{s.map, base};
+    prepare_key_major(km, s, step, args, p, s.key_major_always, st, check);
+    p.tile_gate = km.tile_gate();
+    launch_wgmma_tiles(p, maps, kv, f16, st);
+    AttendParams k = p;
+    k.tile_count = s.map.km_max_items;
+    k.tile_gate = km.key_major_gate();
+    k.km_items = km.items();
+    k.km_tokens = km.tokens();
+    k.km_slots = km.slots();
+    k.km_partial_out = km.partial_out();
+    k.km_partial_lse = km.partial_lse();
+    // The MMA type is the cache's.
+    if (kv == DType::fp16) launch_attend_key_major<true>(k, maps, st);
+    else launch_attend_key_major<false>(k, maps, st);
+    combine_key_major(km, k, st);
+    return;
+  }
+  if (s.prefill == PrefillKernel::widened_tiles) {
+    // fp8 / nvfp4: the step's blocks widened ahead (widen.hpp), the tiles then
+    // on the bf16 / fp16 kernel (per-token fp8 scales: with the pages'
+    // scales); a gated step also launches the on-the-fly kernel, and the
+    // device runs one of the two.
+    const WidenArea widen = widen_area(s, base, step);
+    KvMaps widen_maps = maps;  // the query and output maps carry over; widened_maps sets the KV maps
+    MSA_CHECK(widened_maps(widen, widen_maps), "attend: the driver could not encode the widened blocks' TMA maps");
+    widen_ahead(p, widen, kv, st);
+    const AttendParams w = widened_params(p, widen);
+    if (s.problem.kv_token_scales) {
+      if (f16) launch_attend_wgmma_tiles<KvKind::half, true, true>(w, widen_maps, st);
+      else launch_attend_wgmma_tiles<KvKind::half, false, true>(w, widen_maps, st);
     } else {
-      p.tile_pass_keys = tile_pass_keys();
-      launch<true>(p, args.cache.dtype, f16, tiles_ctas, s);
+      if (f16) launch_attend_wgmma_tiles<KvKind::half, true>(w, widen_maps, st);
+      else launch_attend_wgmma_tiles<KvKind::half, false>(w, widen_maps, st);
     }
+    if (s.widen_gated) {
+      p.tile_gate = widen.gates() + 1;
+      launch_wgmma_tiles(p, maps, kv, f16, st);
+    }
+  } else {
+    launch_wgmma_tiles(p, maps, kv, f16, st);
   }
+  if (split_tiles) combine_tile_splits(p, st);
 }
 
 }  // namespace msa::cuda

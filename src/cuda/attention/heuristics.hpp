@@ -6,7 +6,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -128,17 +127,6 @@ inline int tile_tokens(int group, int topk) {
   return std::max(1, std::min({by_rows, kTileMaxTokens, by_pairs}));
 }
 
-// Keys a tile warp attends per pass over a block: 128 (one pass: the most
-// independent MMAs and one softmax rescale per block) or 64 (two passes of a
-// rolled loop: half the registers and code). tile_pass_keys_override, when
-// not 0, replaces it (tests run both variants).
-inline constexpr int kTilePassKeys = 128;
-inline std::atomic<int> tile_pass_keys_override{0};
-inline int tile_pass_keys() {
-  const int o = tile_pass_keys_override.load(std::memory_order_relaxed);
-  return o == 64 || o == 128 ? o : kTilePassKeys;
-}
-
 // Prefill rows run as token tiles when they need no split-K (the prefill part is
 // large enough to fill the machine, see choose_splits) and a tile holds at least
 // 32 MMA rows. The host cannot see the top-k lists; when neighbouring tokens
@@ -170,13 +158,11 @@ inline std::int64_t tile_ctas(std::int64_t prefill_tokens, int num_requests, int
 // of 64 rows, TMA loads; every KV dtype, fp8 and nvfp4 widened in the kernel)
 // when a tile is exactly 128 rows and a warpgroup holds whole tokens (G in 2,
 // 4, 8, 16 with few enough top-k entries); otherwise, and when the cache
-// layout has no TMA map, on the mma.sync tile kernel. cache_ok: the caller's
-// own condition on the cache (key-major: bf16 / fp16 only).
-// wgmma_tiles_override = 1 forces the mma.sync kernel (tests run both).
-inline std::atomic<int> wgmma_tiles_override{0};
+// driver cannot encode TMA maps, on the mma.sync tile kernel (also when the
+// tuning asks for it). cache_ok: the caller's own condition on the cache
+// (key-major: bf16 / fp16 only).
 inline bool use_wgmma_tiles(bool cache_ok, int group, int tokens_per_tile) {
-  return cache_ok && wgmma_tiles_override.load(std::memory_order_relaxed) != 1 && group > 0 && 64 % group == 0 &&
-         group * tokens_per_tile == kTileRows;
+  return cache_ok && group > 0 && 64 % group == 0 && group * tokens_per_tile == kTileRows;
 }
 
 // ---- split token tiles (kernel_wgmma_tile.cuh, persistent bf16 / fp16 CTAs) ------
@@ -219,27 +205,6 @@ inline TileSplit choose_tile_split(std::int64_t tiles, int num_sms, int num_kv_h
 inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
   return t.splits > 1 ? t.from + (tiles - t.from) * t.splits : tiles;
 }
-// > 0: the SM count the split rule assumes instead of the device's (tests
-// reach the last-round split with few tiles).
-inline std::atomic<int> tile_split_sms_override{0};
-
-// Bytes of the split tiles' partials after `offset` (256-aligned regions):
-// [num_tokens, num_q_heads, splits, 128] 16-bit outputs, then
-// [num_tokens, num_q_heads, splits] fp32 lse.
-struct TileSplitLayout {
-  std::size_t out_offset = 0, lse_offset = 0, end = 0;
-};
-inline TileSplitLayout tile_split_layout(std::size_t offset, std::int64_t num_tokens, int num_q_heads, int splits) {
-  auto align = [](std::size_t x) { return (x + 255) / 256 * 256; };
-  TileSplitLayout l;
-  l.out_offset = l.lse_offset = l.end = offset;
-  if (splits <= 1 || num_tokens <= 0) return l;
-  const std::size_t rows = std::size_t(num_tokens) * std::size_t(num_q_heads) * std::size_t(splits);
-  l.out_offset = align(offset);
-  l.lse_offset = align(l.out_offset + rows * 128 * 2);  // 16-bit rows of 128 dims
-  l.end = l.lse_offset + rows * sizeof(float);
-  return l;
-}
 
 // ---- key-major prefill (kernel_wgmma_tile.cuh with kKeyMajor, key_major.cu) -----
 // A key-major work item is one (KV head, request, block) row of the k2q plan
@@ -256,23 +221,21 @@ inline TileSplitLayout tile_split_layout(std::size_t offset, std::int64_t num_to
 // Steps that may run key-major: prefill only (no decode rows), on the wgmma
 // tiles of a bf16 / fp16 cache, at most kKeyMajorMaxRequests requests, and
 // asked for by the caller's order: key-major (always), or automatic with at
-// least kKeyMajorMinTokens tokens (the k2q plan costs tens of microseconds
-// whichever kernel runs, a few percent of a 16K-token chunk's tiles).
+// least min_tokens tokens (AttentionTuning::key_major_min_tokens, by default
+// kKeyMajorMinTokens: the k2q plan costs tens of microseconds whichever
+// kernel runs, a few percent of a 16K-token chunk's tiles).
 // order: PrefillOrder (0 query-major, 1 key-major, 2 automatic).
-// key_major_override (tests, the bench): 0 = the order, 1 = never, 2 = always,
-// 3 = possible at any size with the device choosing.
 inline constexpr std::int64_t kKeyMajorMinTokens = 8192;
 inline constexpr int kKeyMajorMaxRequests = 1024;
-inline std::atomic<int> key_major_override{0};
 enum class KeyMajorMode { off, always, device_choice };
 inline KeyMajorMode key_major_mode(int order, bool half_cache, bool wgmma_tiles, std::int64_t num_tokens,
-                                   std::int64_t num_decode_tokens, int num_requests) {
-  const int o = key_major_override.load(std::memory_order_relaxed);
-  if (o == 1 || !half_cache || !wgmma_tiles || num_decode_tokens != 0 || num_requests > kKeyMajorMaxRequests ||
+                                   std::int64_t num_decode_tokens, int num_requests,
+                                   std::int64_t min_tokens = kKeyMajorMinTokens) {
+  if (!half_cache || !wgmma_tiles || num_decode_tokens != 0 || num_requests > kKeyMajorMaxRequests ||
       num_tokens <= 0)
     return KeyMajorMode::off;
-  if (o == 2 || order == 1) return KeyMajorMode::always;
-  if (o == 3 || (order == 2 && num_tokens >= kKeyMajorMinTokens)) return KeyMajorMode::device_choice;
+  if (order == 1) return KeyMajorMode::always;
+  if (order == 2 && num_tokens >= min_tokens) return KeyMajorMode::device_choice;
   return KeyMajorMode::off;
 }
 // The device's choice: token tiles run one round per (tile, union block) pair,
@@ -281,7 +244,7 @@ inline KeyMajorMode key_major_mode(int order, bool half_cache, bool wgmma_tiles,
 // whole GPU per tile round, ~60 ns per key-major item. Clustered selections
 // give about one tile round per item, random ones ~5-7 at 17K-170K contexts
 // (estimated from the union sizes). tile_rounds: the (tile, block) pairs of
-// the step; items: the key-major work items. always: the override.
+// the step; items: the key-major work items. always: the order is key-major.
 inline constexpr double kKeyMajorItemCost = 3.0;
 MSA_HD bool prefer_key_major(std::int64_t tile_rounds, std::int64_t items, bool always) {
   return always || (items > 0 && double(tile_rounds) > kKeyMajorItemCost * double(items));
@@ -340,90 +303,11 @@ inline Splits choose_step_splits(std::int64_t num_tokens, std::int64_t num_decod
   return s;
 }
 
-// Where the fp32 partials live in the workspace. Only rows of a class with
-// more than one split write partials; tokens are indexed from 0, so when only
-// decode rows split the arrays cover num_decode_tokens tokens.
-//   partial_out: [partial_tokens, num_q_heads, max_splits, 128] fp32 at out_offset
-//   partial_lse: [partial_tokens, num_q_heads, max_splits] fp32 at lse_offset
-//   counters:    [partial_tokens, num_kv_heads] int32 at counter_offset: splits
-//                of a row that have finished; the last one merges the row and
-//                sets the counter back to 0 (plan_attention zeroes them once)
-struct WorkspaceLayout {
-  std::int64_t partial_tokens = 0;
-  int max_splits = 1;
-  std::size_t out_offset = 0;
-  std::size_t lse_offset = 0;
-  std::size_t counter_offset = 0;
-  std::size_t counter_bytes = 0;
-  std::size_t bytes = 0;  // 0 when nothing splits
-};
-
+// Pieces of the workspace start at multiples of this (schedule.hpp).
 inline constexpr std::size_t kWorkspaceAlign = 256;
 inline std::size_t align_up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
 
-inline WorkspaceLayout workspace_layout(std::int64_t num_tokens, std::int64_t num_decode_tokens,
-                                        int num_q_heads, int num_kv_heads, const Splits& splits) {
-  WorkspaceLayout w;
-  w.max_splits = splits.max();
-  if (w.max_splits <= 1) return w;
-  w.partial_tokens = splits.prefill > 1 ? num_tokens : num_decode_tokens;
-  const std::size_t entries =
-      std::size_t(w.partial_tokens) * std::size_t(num_q_heads) * std::size_t(w.max_splits);
-  w.out_offset = 0;
-  w.lse_offset = align_up(entries * 128 * sizeof(float), kWorkspaceAlign);
-  w.counter_offset = align_up(w.lse_offset + entries * sizeof(float), kWorkspaceAlign);
-  w.counter_bytes = std::size_t(w.partial_tokens) * std::size_t(num_kv_heads) * sizeof(std::int32_t);
-  w.bytes = align_up(w.counter_offset + w.counter_bytes, kWorkspaceAlign);
-  return w;
-}
-
-// Where a key-major step keeps its data, after the split layout (byte offsets
-// from the workspace base; each 256-byte aligned).
-//   offsets:     int64 [kv_heads * rows + 1] the k2q plan's CSR offsets
-//   tokens:      int32 [edges] its tokens, slots: int32 [edges] their slots
-//   counts:      int32 [tokens, kv_heads] edges placed per list
-//   k2q:         build_k2q's scratch (k2q_bytes)
-//   items:       KeyMajorItem [max_items]
-//   stats:       int64 [4]: items written, tile rounds, key-major gate, tile gate
-//   partial_out: [tokens, q_heads, topk, 128] in the output dtype
-//   partial_lse: [tokens, q_heads, topk] fp32 (natural log, -inf: no partial)
-struct KeyMajorLayout {
-  std::int64_t rows = 0;  // k2q rows per KV head (0: the step does not run key-major)
-  std::int64_t edges = 0;
-  std::int64_t max_items = 0;
-  std::size_t offsets = 0, tokens = 0, slots = 0, counts = 0, k2q = 0, k2q_bytes = 0, items = 0, stats = 0,
-              partial_out = 0, partial_lse = 0;
-  std::size_t end = 0;  // first byte past the key-major data
-};
 inline constexpr std::size_t kKeyMajorItemBytes = 32;
 inline constexpr std::size_t kDim16Bytes = 128 * 2;  // a 16-bit row of 128 dims
-
-inline KeyMajorLayout key_major_layout(std::size_t begin, std::int64_t num_tokens, int num_q_heads,
-                                       int num_kv_heads, int topk, std::int64_t rows, int tokens_per_tile,
-                                       std::size_t k2q_bytes) {
-  KeyMajorLayout l;
-  l.rows = rows;
-  l.edges = num_tokens * num_kv_heads * topk;
-  l.max_items = key_major_max_items(l.edges, rows * num_kv_heads, tokens_per_tile);
-  std::size_t at = align_up(begin, kWorkspaceAlign);
-  auto take = [&](std::size_t bytes) {
-    const std::size_t o = at;
-    at = align_up(at + bytes, kWorkspaceAlign);
-    return o;
-  };
-  const auto partials = std::size_t(num_tokens) * std::size_t(num_q_heads) * std::size_t(topk);
-  l.offsets = take(sizeof(std::int64_t) * std::size_t(rows * num_kv_heads + 1));
-  l.tokens = take(sizeof(std::int32_t) * std::size_t(l.edges));
-  l.slots = take(sizeof(std::int32_t) * std::size_t(l.edges));
-  l.counts = take(sizeof(std::int32_t) * std::size_t(num_tokens) * std::size_t(num_kv_heads));
-  l.k2q_bytes = k2q_bytes;
-  l.k2q = take(k2q_bytes);
-  l.items = take(kKeyMajorItemBytes * std::size_t(l.max_items));
-  l.stats = take(4 * sizeof(std::int64_t));
-  l.partial_out = take(partials * kDim16Bytes);
-  l.partial_lse = take(partials * sizeof(float));
-  l.end = at;
-  return l;
-}
 
 }  // namespace msa::cuda::attention

@@ -170,25 +170,17 @@ int row_cluster_capacity(int size) {
 }
 
 // Launches the kernel over `ctas` CTAs (row-kernel CTAs p.cta_offset onwards,
-// see row_of_cta), in clusters of p.cluster_splits when that is > 1 and all
-// the clusters fit on the device at once; otherwise (a second wave of
-// clusters would cost more than the workspace merge saves) without clusters,
-// merging through the workspace.
+// see row_of_cta), in clusters of p.cluster_splits when that is > 1 (the
+// schedule asks for clusters only when all of them fit on the device at once;
+// otherwise the splits merge through the workspace).
 template <KvKind kKind, bool kF16>
 void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream) {
   prepare_attend<kKind, kF16>();
-  int cluster_splits = p.cluster_splits;
-  if (cluster_splits > 1) {
-    int device = 0;
-    MSA_CUDA_CHECK(cudaGetDevice(&device));
-    const int capacity = device < 64 ? cluster_capacity<kKind, kF16>(device, cluster_splits) : 0;
-    if (ctas / cluster_splits > capacity) cluster_splits = 0;
-  }
-  if (cluster_splits > 1) {
+  if (p.cluster_splits > 1) {
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config =
         cluster_launch_config(static_cast<unsigned>(ctas), kThreads, RowLayout<kKind>::kBytes,
-                              static_cast<unsigned>(cluster_splits), stream, cluster);
+                              static_cast<unsigned>(p.cluster_splits), stream, cluster);
     MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<kKind, kF16>, p));
   } else {
     AttendParams q = p;

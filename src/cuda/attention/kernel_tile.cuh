@@ -5,7 +5,7 @@
 // (kernel_tile_entries.cuh, ascending) and every warp attends its rows to the
 // keys of the blocks its tokens selected, up to each row's own position; a
 // warp none of whose tokens selected a block skips it, and a warp takes a
-// block's 128 keys in one pass or two of 64 (kPassKeys). A warp owns whole
+// block's 128 keys in one pass. A warp owns whole
 // rows, so the epilogue is a plain normalisation (no warp merge, no split-K).
 // Loads are double-buffered as in the row kernel.
 #pragma once
@@ -54,10 +54,8 @@ __device__ __forceinline__ void write_tile_row(const AttendParams& p, const Tile
     p.lse[at] = l > 0.0f ? (st.m[i] + log2f(l)) * kLn2 : -INFINITY;
 }
 
-// kPassKeys: keys per pass over a block (heuristics.hpp, tile_pass_keys).
-template <KvKind kKind, bool kF16, int kPassKeys>
+template <KvKind kKind, bool kF16>
 __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __grid_constant__ AttendParams p) {
-  static_assert(kPassKeys == 64 || kPassKeys == 128, "64 or 128 keys per pass");
   using L = TileLayout<kKind>;
   constexpr int kStages = L::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -110,18 +108,8 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
     const int base = entries.block[i] * kBlockKeys;
     const int limit[2] = {(mask & bit[0]) != 0 ? pos[0] - base + 1 : 0,
                           (mask & bit[1]) != 0 ? pos[1] - base + 1 : 0};
-    if constexpr (kPassKeys == 128) {
-      attend_keys<kF16, 16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), 0, lane, p.score_scale_log2,
-                            limit, k_scales, v_scales);
-    } else {
-#pragma unroll 1
-      for (int first = 0; first < kBlockKeys; first += 64) {
-        // The second half only when some row of the warp sees a key there.
-        if (first > 0 && !__any_sync(0xffffffffu, limit[0] > first || limit[1] > first)) break;
-        attend_keys<kF16, 8>(st, qf, stager.k_tile(stage), stager.v_tile(stage), first, lane,
-                             p.score_scale_log2, limit, k_scales, v_scales);
-      }
-    }
+    attend_keys<kF16, 16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), 0, lane, p.score_scale_log2, limit,
+                          k_scales, v_scales);
   };
 
 #pragma unroll
@@ -151,26 +139,22 @@ __global__ void __launch_bounds__(kTileThreads, 1) attend_tile_kernel(const __gr
   write_tile_row(p, t, st, 1, row0 + 8, lane);
 }
 
-// Raises the kernels' dynamic shared-memory limit, once per device.
+// Raises the kernel's dynamic shared-memory limit, once per device.
 template <KvKind kKind, bool kF16>
 void prepare_attend_tiles() {
   static std::atomic<std::uint64_t> done{0};
   once_per_device(done, [](int) {
-    for (auto kernel : {attend_tile_kernel<kKind, kF16, 64>, attend_tile_kernel<kKind, kF16, 128>})
-      MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, TileLayout<kKind>::kBytes));
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_tile_kernel<kKind, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        TileLayout<kKind>::kBytes));
   });
 }
 
-// Launches the token-tile kernel (p.tile_pass_keys keys per pass) over `ctas`
-// CTAs (heuristics.hpp, tile_ctas).
+// Launches the token-tile kernel over `ctas` CTAs (heuristics.hpp, tile_ctas).
 template <KvKind kKind, bool kF16>
 void launch_attend_tiles(const AttendParams& p, std::int64_t ctas, cudaStream_t stream) {
   prepare_attend_tiles<kKind, kF16>();
-  const dim3 grid(static_cast<unsigned>(ctas)), block(kTileThreads);
-  if (p.tile_pass_keys == 64)
-    attend_tile_kernel<kKind, kF16, 64><<<grid, block, TileLayout<kKind>::kBytes, stream>>>(p);
-  else
-    attend_tile_kernel<kKind, kF16, 128><<<grid, block, TileLayout<kKind>::kBytes, stream>>>(p);
+  attend_tile_kernel<kKind, kF16>
+      <<<dim3(static_cast<unsigned>(ctas)), dim3(kTileThreads), TileLayout<kKind>::kBytes, stream>>>(p);
   MSA_CUDA_CHECK_LAUNCH();
 }
 

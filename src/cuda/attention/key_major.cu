@@ -11,8 +11,8 @@
 #include <limits>
 
 #include "cuda/attention/kernel_epilogue.cuh"
-#include "cuda/attention/plan_internal.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.hpp"
 #include "msa/error.hpp"
 
 namespace msa::cuda::attention {
@@ -149,41 +149,33 @@ __global__ void merge_partials(const std::uint16_t* partial_out, const float* pa
 
 }  // namespace
 
-KeyMajorLayout plan_key_major_layout(const AttentionPlan& plan, std::int32_t num_requests, int tokens_per_tile) {
-  const AttentionShape& s = plan.shape;
-  const std::size_t splits_end = workspace_layout(plan.num_tokens, plan.num_decode_tokens, s.num_q_heads,
-                                                  s.num_kv_heads, Splits{plan.decode_splits, plan.prefill_splits})
-                                     .bytes;
-  const std::size_t k2q = k2q_workspace_bytes(plan.num_tokens, num_requests, s.num_kv_heads, s.topk,
-                                              plan.key_major_rows);
-  return key_major_layout(splits_end, plan.num_tokens, s.num_q_heads, s.num_kv_heads, s.topk, plan.key_major_rows,
-                          tokens_per_tile, k2q);
-}
-
-void prepare_key_major(const KeyMajorBuffers& km, const StepView& step, const AttentionArgs& args,
-                       const AttendParams& p, int tokens_per_tile, bool always, cudaStream_t stream,
+void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& schedule, const StepView& step,
+                       const AttentionArgs& args, const AttendParams& p, bool always, cudaStream_t stream,
                        const DeviceCheck& check) {
-  const KeyMajorLayout& l = km.layout;
+  const AttentionWorkspaceMap& l = km.map;
+  const std::int64_t rows = schedule.key_major_rows;
+  const int tokens_per_tile = schedule.tile_tokens;
   MSA_CHECK(step.num_requests <= kKeyMajorMaxRequests, "attend: key-major step with ", step.num_requests,
             " requests, at most ", kKeyMajorMaxRequests);
-  const std::int64_t total_rows = l.rows * p.num_kv_heads;
+  const std::int64_t total_rows = rows * p.num_kv_heads;
   MSA_CUDA_CHECK(cudaMemsetAsync(km.stats(), 0, 4 * sizeof(std::int64_t), stream));
   K2QDevicePlan plan;
-  plan.offsets = reinterpret_cast<std::int64_t*>(km.base + l.offsets);
+  plan.offsets = reinterpret_cast<std::int64_t*>(km.base + l.k2q_offsets);
   plan.tokens = km.tokens();
   plan.slots = km.slots();
-  plan.counts = reinterpret_cast<std::int32_t*>(km.base + l.counts);
-  build_k2q(step, args.topk, p.num_kv_heads, l.rows, plan, km.base + l.k2q, l.k2q_bytes, stream, check);
+  plan.counts = reinterpret_cast<std::int32_t*>(km.base + l.k2q_counts);
+  build_k2q(step, args.topk, p.num_kv_heads, rows, plan, km.base + l.k2q_scratch, l.k2q_scratch_bytes, stream,
+            check);
   if (total_rows > 0)
     write_items<<<dim3(unsigned(blocks_for(total_rows * 32))), kPrepThreads, 0, stream>>>(
-        plan.offsets, l.rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_tile, km.items(),
-        l.max_items, km.stats());
+        plan.offsets, rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_tile, km.items(),
+        l.km_max_items, km.stats());
   MSA_CUDA_CHECK_LAUNCH();
   const int sms = device_sm_count();  // grid-stride passes: a few blocks per SM
   count_tile_rounds<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(plan.offsets, total_rows, km.tokens(),
                                                                          tokens_per_tile, km.stats());
   MSA_CUDA_CHECK_LAUNCH();
-  choose_kernel<<<1, 1, 0, stream>>>(km.stats(), l.max_items, always);
+  choose_kernel<<<1, 1, 0, stream>>>(km.stats(), l.km_max_items, always);
   MSA_CUDA_CHECK_LAUNCH();
   const std::int64_t partials = std::int64_t(step.num_tokens) * p.num_q_heads * p.topk_count;
   fill_lse<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(km.partial_lse(), partials, km.key_major_gate());

@@ -17,27 +17,25 @@ namespace msa::cuda::attention {
 
 // Where one key-major step's data live in the plan's workspace.
 struct KeyMajorBuffers {
-  KeyMajorLayout layout;
+  AttentionWorkspaceMap map;
   unsigned char* base = nullptr;  // the workspace
-  KeyMajorItem* items() const { return reinterpret_cast<KeyMajorItem*>(base + layout.items); }
-  std::int64_t* stats() const { return reinterpret_cast<std::int64_t*>(base + layout.stats); }
-  std::int32_t* tokens() const { return reinterpret_cast<std::int32_t*>(base + layout.tokens); }
-  std::int32_t* slots() const { return reinterpret_cast<std::int32_t*>(base + layout.slots); }
-  void* partial_out() const { return base + layout.partial_out; }
-  float* partial_lse() const { return reinterpret_cast<float*>(base + layout.partial_lse); }
+  KeyMajorItem* items() const { return reinterpret_cast<KeyMajorItem*>(base + map.km_items); }
+  std::int64_t* stats() const { return reinterpret_cast<std::int64_t*>(base + map.km_stats); }
+  std::int32_t* tokens() const { return reinterpret_cast<std::int32_t*>(base + map.k2q_tokens); }
+  std::int32_t* slots() const { return reinterpret_cast<std::int32_t*>(base + map.k2q_slots); }
+  void* partial_out() const { return base + map.km_partial_out; }
+  float* partial_lse() const { return reinterpret_cast<float*>(base + map.km_partial_lse); }
   // stats: [0] items written, [1] tile rounds, [2] key-major gate, [3] token-tile gate
   const std::int64_t* key_major_gate() const { return stats() + 2; }
   const std::int64_t* tile_gate() const { return stats() + 3; }
 };
 
-// The key-major layout of a plan (its key_major_rows > 0), after the split layout.
-KeyMajorLayout plan_key_major_layout(const AttentionPlan& plan, std::int32_t num_requests, int tokens_per_tile);
-
 // Enqueues on `stream`: the k2q plan (msa::cuda::build_k2q), the work items of
-// tokens_per_tile tokens, the choice (prefer_key_major; `always`: the override)
-// into the gates, and, if key-major, -inf in every partial lse.
-void prepare_key_major(const KeyMajorBuffers& km, const StepView& step, const AttentionArgs& args,
-                       const AttendParams& p, int tokens_per_tile, bool always, cudaStream_t stream,
+// the schedule's tile_tokens tokens, the choice (prefer_key_major; `always`:
+// the order is key-major) into the gates, and, if key-major, -inf in every
+// partial lse.
+void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& schedule, const StepView& step,
+                       const AttentionArgs& args, const AttendParams& p, bool always, cudaStream_t stream,
                        const DeviceCheck& check);
 
 // Merges each (token, query head)'s partials into p.out / p.lse, if the

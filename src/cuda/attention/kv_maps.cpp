@@ -52,6 +52,8 @@ bool make_rows_map(const void* rows, DType dtype, std::int64_t num_tokens, int n
 
 }  // namespace
 
+bool tensor_maps_available() { return encode_function() != nullptr; }
+
 bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
   const bool half = c.dtype == DType::bf16 || c.dtype == DType::fp16;
   if (!half && !is_fp8(c.dtype)) return false;

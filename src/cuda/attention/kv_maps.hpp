@@ -29,6 +29,10 @@ struct KvMaps {
   int has_out = 0;
 };
 
+// Whether the driver offers the entry point that encodes tensor maps (the
+// wgmma tiles load through them; without it they do not run).
+bool tensor_maps_available();
+
 // Encodes the maps of a bf16 / fp16 / fp8 cache; false when the driver cannot (no
 // entry point, or a layout the TMA does not take), and the caller falls back
 // to the kernels that need no tensor map.

@@ -88,7 +88,6 @@ struct AttendParams {
   int decode_splits = 1;
   int prefill_splits = 1;
   int tile_tokens = 0;       // token-tile launch: tokens per tile (heuristics.hpp), else 0
-  int tile_pass_keys = 128;  // token-tile launch: keys per pass over a block, 64 or 128
   std::int64_t tile_count = 0;  // token-tile launch: tile numbers x KV heads (heuristics.hpp, tile_ctas)
   // wgmma tile launches of a step that may run key-major: the launch runs
   // min(tile_count, *tile_gate) tiles (the device's choice, key_major.cu); null: tile_count.
@@ -97,13 +96,13 @@ struct AttendParams {
   // below tile_split_from are those tiles whole (their rows go to out / lse,
   // and lse slot 0 of their partials is +inf: "not split"), item
   // tile_split_from + n is split n % tile_splits of tile tile_split_from +
-  // n / tile_splits, whose rows go to the partials (heuristics.hpp,
-  // TileSplitLayout; kernel_tile_entries.cuh, tile_item).
+  // n / tile_splits, whose rows go to the partials (the workspace map;
+  // kernel_tile_entries.cuh, tile_item).
   int tile_splits = 1;
   std::int64_t tile_split_from = 0;
   void* tile_partial_out = nullptr;  // [num_tokens, num_q_heads, tile_splits, 128] out dtype
   float* tile_partial_lse = nullptr;  // [num_tokens, num_q_heads, tile_splits]
-  // ---- key-major launch (tile = work item; heuristics.hpp, KeyMajorLayout) ----
+  // ---- key-major launch (tile = work item; msa/cuda_schedule.hpp, the workspace map) ----
   const KeyMajorItem* km_items = nullptr;   // [tile_count]
   const std::int32_t* km_tokens = nullptr;  // [edges] the k2q plan's tokens
   const std::int32_t* km_slots = nullptr;   // [edges] their slots

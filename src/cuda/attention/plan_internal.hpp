@@ -2,20 +2,21 @@
 #pragma once
 
 #include "cuda/attention/heuristics.hpp"
-#include "cuda/common/device.hpp"
 #include "msa/cuda.hpp"
 
 namespace msa::cuda::attention {
 
-// Throws msa::Error naming the first unsupported field of the shape.
-void check_shape(const AttentionShape& shape);
-// Readies the kernel instances the shape runs (shared-memory limits, cluster
+// Readies the kernel instances the problem runs (shared-memory limits, cluster
 // capacities) on the current device, so that attend() itself makes no such
 // call (graph capture).
-void prepare_kernels(const AttentionShape& shape);
-// Cluster capacities of the shape's row kernel on the current device; with
-// one_cta_per_sm, the clusters that fit when each SM holds one of its CTAs
-// (what choose_splits' cost model assumes) for a kernel that fits two.
-ClusterCapacity cluster_capacity(const AttentionShape& shape, bool one_cta_per_sm = false);
+void prepare_kernels(const AttentionProblem& problem);
+// Cluster capacities of the problem's row kernel on the current device, the
+// smaller of its two MMA types; with one_cta_per_sm, the clusters that fit when
+// each SM holds one of its CTAs (what choose_splits' cost model assumes) for
+// a kernel that fits two.
+ClusterCapacity cluster_capacity(const AttentionProblem& problem, bool one_cta_per_sm = false);
+// Cluster capacities of the row-kernel instance that runs the problem (its
+// kind and row_f16's MMA type).
+ClusterCapacity row_instance_capacity(const AttentionProblem& problem);
 
 }  // namespace msa::cuda::attention

@@ -243,19 +243,17 @@ void launch_widen(const AttendParams& p, const WidenMarks& m, cudaStream_t s) {
 
 }  // namespace
 
-WidenArea widen_area(const AttentionPlan& plan, const StepView& step) {
+WidenArea widen_area(const AttentionSchedule& s, unsigned char* base, const StepView& step) {
   WidenArea a;
-  a.choice = plan_widen_choice(plan);
-  a.num_kv_heads = plan.shape.num_kv_heads;
-  a.f16 = plan.shape.out_dtype == DType::fp16;
-  a.layout = widen_layout(plan.widen_offset, a.choice, a.num_kv_heads);
-  a.base = static_cast<unsigned char*>(plan.workspace);
+  a.choice = schedule_widen_choice(s);
+  a.num_kv_heads = s.problem.num_kv_heads;
+  a.f16 = s.problem.out_dtype == DType::fp16;
+  a.map = s.map;
+  a.base = base;
   MSA_CHECK(step.num_decodes == a.choice.first_request && step.num_requests - step.num_decodes == a.choice.requests,
             "attend: the plan widens the blocks of ", a.choice.requests, " prefill requests from request ",
             a.choice.first_request, " but the step has ", step.num_requests - step.num_decodes, " from request ",
             step.num_decodes);
-  MSA_CHECK(a.base != nullptr && plan.workspace_bytes >= a.layout.end, "attend: the plan's workspace has ",
-            plan.workspace_bytes, " bytes of the ", a.layout.end, " its widened blocks need");
   return a;
 }
 
@@ -273,7 +271,7 @@ void widen_ahead(const AttendParams& p, const WidenArea& a, DType kv, cudaStream
   m.first_request = a.choice.first_request;
   m.requests = a.choice.requests;
   m.block_cap = a.choice.block_cap;
-  MSA_CUDA_CHECK(cudaMemsetAsync(a.base + a.layout.fill_offset, 0xff, a.layout.fill_bytes, s));
+  MSA_CUDA_CHECK(cudaMemsetAsync(a.base + a.map.widen_fill, 0xff, a.map.widen_fill_bytes, s));
   const std::int64_t marks = std::int64_t(p.num_tokens - p.num_decode_tokens) * p.num_kv_heads * p.topk_count;
   if (marks > 0) {
     mark_selected_blocks<<<dim3(unsigned((marks + kMarkThreads - 1) / kMarkThreads)), dim3(kMarkThreads), 0, s>>>(

@@ -15,31 +15,32 @@
 
 namespace msa::cuda::attention {
 
-// The region of a plan that widens (plan.widen_pages > 0).
+// The region of a plan that widens (schedule.widen_pages > 0).
 struct WidenArea {
   WidenChoice choice;
-  WidenLayout layout;
+  AttentionWorkspaceMap map;
   unsigned char* base = nullptr;  // the workspace
   int num_kv_heads = 0;
   bool f16 = false;  // the MMA type: fp16 (an fp16 output), else bf16
 
-  std::int32_t* table() const { return reinterpret_cast<std::int32_t*>(base + layout.table_offset); }
-  std::int32_t* counters() const { return reinterpret_cast<std::int32_t*>(base + layout.counters_offset); }
-  std::int32_t* claims() const { return reinterpret_cast<std::int32_t*>(base + layout.claims_offset); }
-  std::int32_t* items() const { return reinterpret_cast<std::int32_t*>(base + layout.items_offset); }
-  std::int64_t* gates() const { return reinterpret_cast<std::int64_t*>(base + layout.gates_offset); }
-  unsigned char* k() const { return base + layout.k_offset; }
-  unsigned char* v() const { return base + layout.v_offset; }
-  float* scales() const { return reinterpret_cast<float*>(base + layout.scales_offset); }  // (choice.scales)
+  std::int32_t* table() const { return reinterpret_cast<std::int32_t*>(base + map.widen_table); }
+  std::int32_t* counters() const { return reinterpret_cast<std::int32_t*>(base + map.widen_counters); }
+  std::int32_t* claims() const { return reinterpret_cast<std::int32_t*>(base + map.widen_claims); }
+  std::int32_t* items() const { return reinterpret_cast<std::int32_t*>(base + map.widen_items); }
+  std::int64_t* gates() const { return reinterpret_cast<std::int64_t*>(base + map.widen_gates); }
+  unsigned char* k() const { return base + map.widen_k; }
+  unsigned char* v() const { return base + map.widen_v; }
+  float* scales() const { return reinterpret_cast<float*>(base + map.widen_scales); }  // (choice.scales)
   // The pages' scales for a step whose cache has per-token scales (p.k_scales), else null.
   float* token_scales(const AttendParams& p) const {
     return choice.scales && p.k_scales != nullptr ? scales() : nullptr;
   }
 };
 
-// The plan's region; throws msa::Error when the step is not the one the plan
-// was made for (its first prefill request and prefill request count).
-WidenArea widen_area(const AttentionPlan& plan, const StepView& step);
+// The schedule's region in the workspace at `base`; throws msa::Error when
+// the step is not the one the plan was made for (its first prefill request
+// and prefill request count).
+WidenArea widen_area(const AttentionSchedule& schedule, unsigned char* base, const StepView& step);
 
 // Enqueues the step's widening on `stream`: the claims' reset; a thread per
 // (prefill token, KV head, top-k entry) that checks the entry as the token

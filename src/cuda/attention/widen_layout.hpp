@@ -10,8 +10,8 @@
 // head) scales widens its codes the same way and copies the block's scales
 // beside them; the tiles apply those to fp32 scores and probabilities.
 //
-// Pure host functions with no CUDA includes: the plan (plan.cpp) sizes the
-// region, attend.cu lays it out, and the CPU unit tests check both.
+// Pure host functions with no CUDA includes: the schedule (schedule.hpp)
+// sizes the region and lays it out, and the CPU unit tests check both.
 #pragma once
 
 #include <algorithm>
@@ -40,7 +40,7 @@ inline bool widen_scales(DType kv, bool token_scales) { return token_scales && i
 
 // Bytes of one widened page per KV head, with its scales when it has them.
 inline std::int64_t widen_head_bytes(bool scales) { return kWidenHeadBytes + (scales ? kWidenScaleBytes : 0); }
-// The region's default size limit (AttentionShape::widen_bytes = -1).
+// The region's default size limit (AttentionTuning::widen_bytes = -1).
 inline constexpr std::int64_t kDefaultWidenBytes = std::int64_t(1) << 30;
 
 // How a step widens: pages = 0 when it does not.
@@ -95,55 +95,16 @@ inline WidenChoice choose_widen(DType kv, bool token_scales, bool tiles, std::in
   return c;
 }
 
-// A plan's choice (AttentionPlan::widen_*).
-inline WidenChoice plan_widen_choice(const AttentionPlan& plan) {
+// A schedule's choice (AttentionSchedule::widen_*).
+inline WidenChoice schedule_widen_choice(const AttentionSchedule& s) {
   WidenChoice c;
-  c.pages = plan.widen_pages;
-  c.gated = plan.widen_gated;
-  c.first_request = plan.widen_first_request;
-  c.requests = plan.widen_requests;
-  c.block_cap = plan.widen_block_cap;
-  c.scales = c.pages > 0 && widen_scales(plan.shape.kv_dtype, plan.shape.kv_token_scales);
+  c.pages = s.widen_pages;
+  c.gated = s.widen_gated;
+  c.first_request = s.widen_first_request;
+  c.requests = s.widen_requests;
+  c.block_cap = s.widen_block_cap;
+  c.scales = s.widen_scales;
   return c;
-}
-
-// The region after `offset` (256-aligned parts, the pages 1 KiB-aligned):
-//  - table: int32 [first_request + requests][block_cap] the page of (request,
-//    block): -1 not selected, -3 a bad block-table entry (rows of the decode
-//    requests are never read);
-//  - counters: int32 [4]: pages claimed - 1, (request, head, block) triples
-//    claimed - 1;
-//  - claims: int32 [requests][num_kv_heads][block_cap], -1 unclaimed;
-//    one fill of 0xff resets the prefill rows of the table through the claims;
-//  - items: int32 [pages x num_kv_heads][4] request, block, KV head, cache page of each triple;
-//  - gates: int64 [2] tiles of the widened and the on-the-fly kernel (gated steps);
-//  - k, v: [pages][num_kv_heads][128][128] 16-bit MMA type;
-//  - scales (c.scales): float [pages][num_kv_heads][2 (K, V)][128].
-struct WidenLayout {
-  std::size_t table_offset = 0, counters_offset = 0, claims_offset = 0, fill_offset = 0, fill_bytes = 0,
-              items_offset = 0, gates_offset = 0, k_offset = 0, v_offset = 0, scales_offset = 0, end = 0;
-};
-inline WidenLayout widen_layout(std::size_t offset, const WidenChoice& c, int num_kv_heads) {
-  auto align = [](std::size_t x, std::size_t a) { return (x + a - 1) / a * a; };
-  WidenLayout l;
-  l.table_offset = l.counters_offset = l.claims_offset = l.fill_offset = l.items_offset = l.gates_offset =
-      l.k_offset = l.v_offset = l.scales_offset = l.end = offset;
-  if (c.pages <= 0) return l;
-  const std::size_t cap = std::size_t(c.block_cap), heads = std::size_t(num_kv_heads);
-  l.table_offset = align(offset, 256);
-  l.counters_offset = l.table_offset + std::size_t(c.first_request + c.requests) * cap * 4;
-  l.fill_offset = l.table_offset + std::size_t(c.first_request) * cap * 4;
-  l.claims_offset = l.counters_offset + 16;
-  const std::size_t claims_end = l.claims_offset + std::size_t(c.requests) * heads * cap * 4;
-  l.fill_bytes = claims_end - l.fill_offset;
-  l.items_offset = align(claims_end, 256);
-  l.gates_offset = align(l.items_offset + std::size_t(c.pages) * heads * 16, 256);
-  l.k_offset = align(l.gates_offset + 16, 1024);
-  const std::size_t plane = std::size_t(c.pages) * heads * std::size_t(kWidenHeadBytes / 2);
-  l.v_offset = l.k_offset + plane;
-  l.scales_offset = l.v_offset + plane;
-  l.end = l.scales_offset + (c.scales ? std::size_t(c.pages) * heads * std::size_t(kWidenScaleBytes) : 0);
-  return l;
 }
 
 }  // namespace msa::cuda::attention

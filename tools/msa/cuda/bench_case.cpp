@@ -178,32 +178,23 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   DeviceBuffer q(std::size_t(T * QH * kHeadDim * 2)), out(std::size_t(T * QH * kHeadDim * 2));
   fill_random(q.get(), T * QH * kHeadDim, DType::bf16, 1.0f, s.seed + 1, stream);
 
-  cuda::AttentionShape shape;
-  shape.num_q_heads = QH;
-  shape.num_kv_heads = H;
-  shape.topk = K;
-  shape.q_dtype = DType::bf16;
-  shape.kv_dtype = c.dtype;
-  shape.out_dtype = DType::bf16;
-  shape.kv_token_scales = mode == ScaleMode::per_token_head;
-  shape.prefill_order = s.prefill_order;
-  shape.decode_splits = s.decode_splits;
-  shape.tile_splits = s.tile_splits;
-  shape.widen_bytes = s.widen_bytes;
-  const std::size_t ws_bytes = cuda::attention_workspace_bytes(m, shape);
+  // The problem the plan is for: the arguments of every copy but their top-k and table.
+  AttentionArgs problem;
+  problem.q = q.get();
+  problem.q_dtype = DType::bf16;
+  problem.out = out.get();
+  problem.out_dtype = DType::bf16;
+  problem.lse = nullptr;
+  problem.num_q_heads = QH;
+  problem.topk = TopkView::token_major(nullptr, H, K);
+  problem.cache = cache;
+  const std::size_t ws_bytes = cuda::attention_workspace_bytes(m, problem, s.tuning);
   DeviceBuffer ws(ws_bytes);
-  const cuda::AttentionPlan plan = cuda::plan_attention(m, shape, ws.get(), ws_bytes, stream);
-  std::vector<AttentionArgs> args(copies.size());
+  const cuda::AttentionPlan plan = cuda::plan_attention(m, problem, {ws.get(), ws_bytes}, stream, s.tuning);
+  std::vector<AttentionArgs> args(copies.size(), problem);
   for (std::size_t i = 0; i < copies.size(); ++i) {
     AttentionArgs& a = args[i];
-    a.q = q.get();
-    a.q_dtype = DType::bf16;
-    a.out = out.get();
-    a.out_dtype = DType::bf16;
-    a.lse = nullptr;
-    a.num_q_heads = QH;
     a.topk = TopkView::token_major(copies[i].d_topk.as<std::int32_t>(), H, K);
-    a.cache = cache;
     a.block_table = BlockTable{copies[i].d_table.as<std::int32_t>(), m.num_requests, copies[i].map.max_blocks,
                                copies[i].map.max_blocks};
   }

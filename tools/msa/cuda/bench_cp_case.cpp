@@ -140,14 +140,12 @@ CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, 
   single_args_.out = single_out_.get();
   single_args_.topk = index_args_.out;
 
-  cuda::AttentionShape shape;
-  shape.num_q_heads = QH;
-  shape.num_kv_heads = H;
-  shape.topk = K;
+  AttentionArgs problem = attention_args_;
+  problem.topk.topk = K;
   const ccp::SelectShape select{H, K, model.init_blocks, model.local_blocks, max_blocks_};
-  const std::size_t ws = ccp::layer_workspace_bytes(meta_, select, shape, sh.num_ranks);
+  const std::size_t ws = ccp::layer_workspace_bytes(meta_, select, problem, sh.num_ranks);
   layer_ws_ = DeviceBuffer(ws);
-  plan_ = ccp::plan_layer(group, meta_, select, shape, layer_ws_.get(), ws, stream);
+  plan_ = ccp::plan_layer(group, meta_, select, problem, {layer_ws_.get(), ws}, stream);
   sync_stream(stream);
 }
 

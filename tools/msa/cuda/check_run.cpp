@@ -329,21 +329,14 @@ void attend_stage(CaseState& st) {
   gargs.topk = TopkView::token_major(topk.as<std::int32_t>(), H, K);
   gargs.cache = main_cache_view(c, d, st.cache.get(), st.k_scales.as<float>(), st.v_scales.as<float>());
   gargs.block_table = block_table_view(d, st.table.as<std::int32_t>());
-  cuda::AttentionShape shape;
-  shape.num_q_heads = QH;
-  shape.num_kv_heads = H;
-  shape.topk = K;
-  shape.q_dtype = c.q_dtype;
-  shape.kv_dtype = c.kv_dtype;
-  shape.out_dtype = c.out_dtype;
-  shape.kv_token_scales = c.scale_mode == ScaleMode::per_token_head;
-  shape.prefill_order = c.key_major ? cuda::PrefillOrder::key_major : cuda::PrefillOrder::query_major;
+  cuda::AttentionTuning tuning;
+  tuning.prefill_order = c.key_major ? cuda::PrefillOrder::key_major : cuda::PrefillOrder::query_major;
   DeviceBuffer ws;
   const Outcome o = run_gpu(
       [&] {
-        const std::size_t bytes = cuda::attention_workspace_bytes(m, shape);
+        const std::size_t bytes = cuda::attention_workspace_bytes(m, gargs, tuning);
         ws = DeviceBuffer(bytes);
-        const cuda::AttentionPlan plan = cuda::plan_attention(m, shape, ws.get(), bytes, st.s);
+        const cuda::AttentionPlan plan = cuda::plan_attention(m, gargs, {ws.get(), bytes}, st.s, tuning);
         cuda::attend(plan, st.gstep, gargs, st.s, st.check);
       },
       st.check, st.s);

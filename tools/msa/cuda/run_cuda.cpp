@@ -92,15 +92,7 @@ CudaStageTimes run_step_cuda(Workload& w) {
   aa.topk.data = topk.as<std::int32_t>();
   aa.cache = kv_view;
   aa.block_table = w.table_at(table.as<std::int32_t>());
-  cuda::AttentionShape shape;
-  shape.num_q_heads = m.num_q_heads;
-  shape.num_kv_heads = m.num_kv_heads;
-  shape.topk = m.topk;
-  shape.q_dtype = aa.q_dtype;
-  shape.kv_dtype = aa.cache.dtype;
-  shape.out_dtype = aa.out_dtype;
-  shape.kv_token_scales = aa.cache.scale_mode == ScaleMode::per_token_head;
-  const std::size_t attend_ws_bytes = cuda::attention_workspace_bytes(meta, shape);
+  const std::size_t attend_ws_bytes = cuda::attention_workspace_bytes(meta, aa);
   DeviceBuffer attend_ws(attend_ws_bytes);
 
   cuda::reset_check(check, s);
@@ -120,7 +112,7 @@ CudaStageTimes run_step_cuda(Workload& w) {
       cuda::index(step, ia, w.max_blocks, index_ws.get(), index_ws_bytes, s, check);
     });
   const cuda::AttentionPlan plan =
-      cuda::plan_attention(meta, shape, attend_ws.get(), attend_ws_bytes, s);
+      cuda::plan_attention(meta, aa, {attend_ws.get(), attend_ws_bytes}, s);
   for (int pass = 0; pass < 2; ++pass)
     times.attend_s = time_on(stream, [&] { cuda::attend(plan, step, aa, s, check); });
   cuda::read_check(check, s);
