@@ -5,9 +5,12 @@
 #   bash scripts/bench_vs.sh OLD_COMMIT "BENCH ARGS" [NAME]
 #
 # Builds msa_cli here (build-gpu) and at OLD_COMMIT (a git worktree under
-# /tmp, with this tree's bench sources tools/msa/cuda/bench_* copied in so
-# that both binaries know the same cases and count the same way), then runs `msa bench BENCH ARGS` with both, writing
-# $OUT/NAME_new.json and $OUT/NAME_old.json and the tables to $OUT/logs.
+# /tmp, with its own bench sources: they call the library's API of their
+# commit), then runs `msa bench BENCH ARGS` with both, writing
+# $OUT/NAME_new.json and $OUT/NAME_old.json and the tables to $OUT/logs. Both
+# binaries must know the cases BENCH ARGS names (--set production and the
+# default decode / verify sweep are the same on both sides of the plan-as-a-
+# schedule change).
 set -uo pipefail
 OLD=$1; ARGS=$2; NAME=${3:-bench}
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/logs"
@@ -17,7 +20,6 @@ build() {  # build DIR SRC
 }
 if [[ ! -d /tmp/msa_old ]]; then
   git worktree add -f /tmp/msa_old "$OLD" >/dev/null 2>&1 || { echo "no worktree for $OLD"; exit 1; }
-  cp tools/msa/cuda/bench_* /tmp/msa_old/tools/msa/cuda/
 fi
 build build-gpu . & build /tmp/msa_old/build /tmp/msa_old & wait
 [[ -x build-gpu/msa && -x /tmp/msa_old/build/msa ]] || { tail -20 "$OUT"/logs/build_*.log; exit 1; }

@@ -1,12 +1,10 @@
-// Run step of the CUDA sparse attention: host-side shape checks, the kernel
-// parameters, and the dispatch to the kernel instances: the row kernel (which
-// also merges split rows) for decode rows and for prefill rows that split, the
-// token-tile kernel for the other prefill rows (heuristics.hpp; fp8 / nvfp4
-// caches widen the step's blocks ahead, widen.hpp), and, in a
-// step that may run key-major, the k2q plan, the key-major kernel and the
-// merge of its partials (key_major.hpp). Each split class merges in a
-// thread-block cluster or through the workspace; allocates nothing and never
-// synchronizes the host.
+// Run step of the CUDA sparse attention: checks that the step and the
+// arguments are those of the plan, fills the kernel parameters and runs the
+// plan's schedule (msa/cuda_schedule.hpp) as it is: the row kernel for decode
+// rows (and prefill rows that split), then the prefill rows' kernel family
+// (token tiles on mma.sync or wgmma, blocks widened ahead, key-major with the
+// device's choice), then the merges. Decides nothing; allocates nothing and
+// never synchronizes the host.
 #include <cuda_runtime.h>
 
 #include <algorithm>
