@@ -74,8 +74,8 @@ std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_h
 // where not eligible), so tests can feed the very same scores to the CPU
 // selection. index_q, the index cache base and its page stride in bytes must be
 // 16-byte aligned.
-void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, void* workspace,
-           std::size_t workspace_bytes, Stream stream, const DeviceCheck& check = {});
+void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, const Workspace& workspace,
+           Stream stream, const DeviceCheck& check = {});
 // Selection alone, from given scores [num_tokens, num_kv_heads, max_blocks].
 void select_topk(const StepView& step, const float* scores, std::int32_t max_blocks,
                  const IndexerArgs& args, Stream stream);

@@ -459,7 +459,7 @@ DeviceBuffer<std::uint8_t> run_indexer(Workload& w, const DeviceQueries& dq, con
   a.cache = cache;
   a.block_table = w.table_at(table);
   a.out = TopkView::token_major(topk, H, w.model().topk);
-  msa::cuda::index(dq.step.view, a, w.max_blocks, ws.data(), bytes, stream);
+  msa::cuda::index(dq.step.view, a, w.max_blocks, {ws.data(), bytes}, stream);
   return ws;
 }
 

@@ -150,12 +150,12 @@ CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, 
 }
 
 void CpRank::step(cuda::Stream stream) const {
-  cuda::index(view_, index_args_, max_blocks_, scores_.get(), scores_.bytes(), stream);
+  cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
   ccp::run_layer(plan_, view_, scores_.as<float>(), attention_args_, stream);
 }
 
 void CpRank::index_phase(cuda::Stream stream) const {
-  cuda::index(view_, index_args_, max_blocks_, scores_.get(), scores_.bytes(), stream);
+  cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
   ccp::propose(plan_, view_, scores_.as<float>(), stream);
   ccp::exchange_candidates(plan_, stream);
   ccp::merge_topk(plan_, view_, stream);
@@ -170,7 +170,7 @@ void CpRank::attend_phase(cuda::Stream stream) const {
 void CpRank::single_index(cuda::Stream stream) const {
   MSA_CHECK(plan_.group.sharding.num_ranks == 1, "CpRank::single_index: the single-GPU path needs one rank, not ",
             plan_.group.sharding.num_ranks);
-  cuda::index(view_, index_args_, max_blocks_, scores_.get(), scores_.bytes(), stream);
+  cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
 }
 
 void CpRank::single_attend(cuda::Stream stream) const {

@@ -56,16 +56,11 @@ CudaStageTimes run_step_cuda(Workload& w) {
   DeviceBuffer topk(w.topk.size() * sizeof(std::int32_t));
   DeviceBuffer out(w.out.size());
   DeviceBuffer lse(w.lse.size() * sizeof(float));
-  const DeviceBuffer query_start = to_device(meta.query_start);
-  const DeviceBuffer seq_lens = to_device(meta.seq_lens);
-  const DeviceBuffer token_request = to_device(meta.token_request);
+  DeviceBuffer step_ws(cuda::step_workspace_bytes(meta));
   DeviceBuffer check_buffer(8 * sizeof(std::int64_t));
   const cuda::DeviceCheck check{check_buffer.as<std::int64_t>()};
 
-  StepView step = meta.view();
-  step.query_start = query_start.as<std::int32_t>();
-  step.seq_lens = seq_lens.as<std::int32_t>();
-  step.token_request = token_request.as<std::int32_t>();
+  const StepView step = cuda::upload_step(meta, {step_ws.get(), step_ws.bytes()}, s);
 
   const KVCacheView kv_view = w.kv_view_at(kv.get(), k_scales.as<float>(), v_scales.as<float>());
   InsertKVArgs insert_kv = w.insert_kv_args();
@@ -109,7 +104,7 @@ CudaStageTimes run_step_cuda(Workload& w) {
   // ---- index and attend (warm-up, then timed) --------------------------------------
   for (int pass = 0; pass < 2; ++pass)
     times.index_s = time_on(stream, [&] {
-      cuda::index(step, ia, w.max_blocks, index_ws.get(), index_ws_bytes, s, check);
+      cuda::index(step, ia, w.max_blocks, {index_ws.get(), index_ws_bytes}, s, check);
     });
   const cuda::AttentionPlan plan =
       cuda::plan_attention(meta, aa, {attend_ws.get(), attend_ws_bytes}, s);
