@@ -22,8 +22,8 @@
 
 #include "cache_reader.hpp"
 #include "compare.hpp"
-#include "cuda/attention/heuristics.hpp"
-#include "cuda/attention/widen_layout.hpp"
+#include "cuda/attention/host/heuristics.hpp"
+#include "cuda/attention/widen/choice.hpp"
 #include "gpu_test_util.hpp"
 #include "msa/cpu.hpp"
 #include "msa/cuda.hpp"

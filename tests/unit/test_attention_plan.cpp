@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/attention/heuristics.hpp"
-#include "cuda/attention/widen_layout.hpp"
+#include "cuda/attention/host/heuristics.hpp"
+#include "cuda/attention/widen/choice.hpp"
 
 namespace {
 

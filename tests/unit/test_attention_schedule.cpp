@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/attention/schedule.hpp"
+#include "cuda/attention/host/schedule.hpp"
 #include "msa/error.hpp"
 
 namespace {

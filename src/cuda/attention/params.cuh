@@ -23,6 +23,10 @@ inline constexpr int kRows = 16;          // query rows per CTA (a GQA group, pa
 inline constexpr int kBlockKeys = 128;    // keys per selected block (= page size)
 inline constexpr int kDim = 128;          // head dim
 inline constexpr int kMaxEntries = 64;    // largest top-k
+inline constexpr int kRowBytes = kDim * 2;                 // 256: a 16-bit row of 128 dims
+inline constexpr int kTileBytes = kBlockKeys * kRowBytes;  // 32 KiB: one 16-bit K or V tile
+inline constexpr int kFp8RawBytes = kBlockKeys * kDim;     // 16 KiB: one fp8 K or V block
+inline constexpr int kNvfp4SlotBytes = kBlockKeys * 72;    // 9216: one nvfp4 K or V slot
 
 // A key-major work item: `count` tokens of one k2q row (KV head `head`,
 // request `request`, block `block`), the plan's edges edge .. edge + count - 1.
@@ -97,7 +101,7 @@ struct AttendParams {
   // and lse slot 0 of their partials is +inf: "not split"), item
   // tile_split_from + n is split n % tile_splits of tile tile_split_from +
   // n / tile_splits, whose rows go to the partials (the workspace map;
-  // kernel_tile_entries.cuh, tile_item).
+  // shared/tile_scheduler.cuh, tile_item).
   int tile_splits = 1;
   std::int64_t tile_split_from = 0;
   void* tile_partial_out = nullptr;  // [num_tokens, num_q_heads, tile_splits, 128] out dtype
