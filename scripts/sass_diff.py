@@ -2,6 +2,7 @@
 """Compares the SASS of the kernels in two sets of object files, function by function.
 
     python3 scripts/sass_diff.py OLD_DIR NEW_DIR [--cuobjdump PATH] [--show N] [--rename OLD=NEW ...]
+                                 [--params OLD_MAP NEW_MAP]
 
 Every *.o under each directory is disassembled (cuobjdump -sass); each kernel's
 instructions are normalised (instruction addresses, encodings and blank lines
@@ -10,6 +11,11 @@ are matched by mangled name across all the objects of a side, so that moving a
 kernel to another file or folder does not matter (anonymous namespaces, whose
 mangled names carry a hash of their file, match by the rest of the name). --rename maps a substring of
 old names to its new spelling (a namespace or template argument that changed).
+--params names the kernel parameters' constant-bank words, for a change that
+moves fields inside the parameter struct: each map file has lines
+"OFFSET SIZE NAME" (byte offset from the first parameter, c[0x0][0x210] on
+sm_90), and c[0x0][X] becomes c[0x0][NAME+DELTA] on each side, so that the same
+field read at a new offset compares equal.
 Prints, per kernel, identical / different (with the first differing lines) /
 only old / only new, and exits 1 when any kernel differs or is missing.
 """
@@ -33,7 +39,30 @@ def find_cuobjdump(given):
     sys.exit("sass_diff: no cuobjdump (pass --cuobjdump; PyPI: nvidia-cuda-cuobjdump)")
 
 
-def kernels(directory, cuobjdump, renames):
+PARAM_BASE = 0x210
+CBANK = re.compile(r"c\[0x0\]\[0x([0-9a-f]+)\]")
+
+
+def load_params(path):
+    fields = []
+    for line in open(path):
+        parts = line.split()
+        if len(parts) == 3:
+            fields.append((int(parts[0]), int(parts[1]), parts[2]))
+    return fields
+
+
+def name_params(line, fields):
+    def sub(m):
+        at = int(m.group(1), 16) - PARAM_BASE
+        for offset, size, name in fields:
+            if offset <= at < offset + size:
+                return f"c[0x0][{name}+{at - offset}]"
+        return m.group(0)
+    return CBANK.sub(sub, line)
+
+
+def kernels(directory, cuobjdump, renames, fields=None):
     """{mangled name: [normalised instruction lines]} over every object under directory."""
     out = {}
     for root, _, files in os.walk(directory):
@@ -59,6 +88,8 @@ def kernels(directory, cuobjdump, renames):
                 if line.strip().startswith(".") or "....." in line:
                     continue
                 s = ENCODING.sub("", ADDR.sub("", line)).strip()
+                if fields:
+                    s = name_params(s, fields)
                 if s:
                     lines.append(s)
             if name:
@@ -81,10 +112,13 @@ def main():
     ap.add_argument("--cuobjdump")
     ap.add_argument("--show", type=int, default=6, help="differing lines shown per kernel")
     ap.add_argument("--rename", action="append", default=[], help="OLD=NEW substring of old mangled names")
+    ap.add_argument("--params", nargs=2, metavar=("OLD_MAP", "NEW_MAP"), help="parameter field maps")
     a = ap.parse_args()
     tool = find_cuobjdump(a.cuobjdump)
     renames = [tuple(r.split("=", 1)) for r in a.rename]
-    old, new = kernels(a.old, tool, renames), kernels(a.new, tool, [])
+    old_fields = load_params(a.params[0]) if a.params else None
+    new_fields = load_params(a.params[1]) if a.params else None
+    old, new = kernels(a.old, tool, renames, old_fields), kernels(a.new, tool, [], new_fields)
     names = sorted(set(old) | set(new))
     pretty = demangle(names)
     bad = 0

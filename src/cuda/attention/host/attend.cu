@@ -17,8 +17,7 @@
 #include "cuda/attention/host/heuristics.hpp"
 #include "cuda/attention/key_major/key_major.hpp"
 #include "cuda/attention/host/kv_maps.hpp"
-#include "cuda/attention/host/launch.hpp"
-#include "cuda/attention/host/launch_wgmma.hpp"
+#include "cuda/attention/host/instances.hpp"
 #include "cuda/attention/params.cuh"
 #include "cuda/attention/host/plan_internal.hpp"
 #include "cuda/attention/widen/widen.hpp"
@@ -171,18 +170,28 @@ using E5m2 = std::integral_constant<KvKind, KvKind::e5m2>;
 using Nvfp4 = std::integral_constant<KvKind, KvKind::nvfp4>;
 
 // Calls fn(kind, fp16) with the instance of the cache dtype (the MMA type: the
-// cache's for bf16 / fp16 caches, else fp16 when f16).
+// cache's for bf16 / fp16 caches, else fp16 when f16); throws for a dtype
+// whose kernels this build left out (MSA_KV_DTYPES).
 template <class Fn>
 void dispatch(DType kv, bool f16, const char* what, Fn&& fn) {
+  auto call = [&](auto kind, auto fp16) {
+    if constexpr (kind_built(decltype(kind)::value))
+      fn(kind, fp16);
+    else
+      fail(what, ": this build has no kernels for cache dtype ", dtype_name(kv), " (MSA_KV_DTYPES)");
+  };
   switch (kv) {
-    case DType::bf16: return fn(Half{}, Bf16{});
-    case DType::fp16: return fn(Half{}, F16{});
-    case DType::fp8_e4m3: return f16 ? fn(E4m3{}, F16{}) : fn(E4m3{}, Bf16{});
-    case DType::fp8_e5m2: return f16 ? fn(E5m2{}, F16{}) : fn(E5m2{}, Bf16{});
-    case DType::nvfp4: return f16 ? fn(Nvfp4{}, F16{}) : fn(Nvfp4{}, Bf16{});
+    case DType::bf16: return call(Half{}, Bf16{});
+    case DType::fp16: return call(Half{}, F16{});
+    case DType::fp8_e4m3: return f16 ? call(E4m3{}, F16{}) : call(E4m3{}, Bf16{});
+    case DType::fp8_e5m2: return f16 ? call(E5m2{}, F16{}) : call(E5m2{}, Bf16{});
+    case DType::nvfp4: return f16 ? call(Nvfp4{}, F16{}) : call(Nvfp4{}, Bf16{});
     default: fail(what, ": cache dtype ", dtype_name(kv), " is not a KV cache dtype");
   }
 }
+
+// Whether the wgmma tiles over fp8 pages widened with per-token scales are built.
+constexpr bool kScaledBuilt = kind_built(KvKind::e4m3) || kind_built(KvKind::e5m2);
 
 // The row kernel (kTiles false) or the token-tile kernel.
 template <bool kTiles>
@@ -220,7 +229,8 @@ void prepare_kernels(const AttentionProblem& problem) {
       prepare_attend_key_major<kF16>();
     } else {
       prepare_attend_wgmma_tiles<KvKind::half, kF16>();  // tiles over blocks widened ahead (widen.hpp)
-      if (kKind != KvKind::nvfp4 && problem.kv_token_scales) prepare_attend_wgmma_tiles<KvKind::half, kF16, true>();
+      if constexpr (kKind != KvKind::nvfp4 && kScaledBuilt)
+        if (problem.kv_token_scales) prepare_attend_wgmma_tiles<KvKind::half, kF16, true>();
     }
   });
 }
@@ -343,8 +353,10 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     widen_ahead(p, widen, kv, st);
     const AttendParams w = widened_params(p, widen);
     if (s.problem.kv_token_scales) {
-      if (f16) launch_attend_wgmma_tiles<KvKind::half, true, true>(w, widen_maps, st);
-      else launch_attend_wgmma_tiles<KvKind::half, false, true>(w, widen_maps, st);
+      if constexpr (kScaledBuilt) {
+        if (f16) launch_attend_wgmma_tiles<KvKind::half, true, true>(w, widen_maps, st);
+        else launch_attend_wgmma_tiles<KvKind::half, false, true>(w, widen_maps, st);
+      }
     } else {
       if (f16) launch_attend_wgmma_tiles<KvKind::half, true>(w, widen_maps, st);
       else launch_attend_wgmma_tiles<KvKind::half, false>(w, widen_maps, st);

@@ -1,5 +1,5 @@
-// Launcher of the wgmma token-tile kernel (prefill/kernel.cuh), instanced in
-// prefill/instance_*.cu for bf16 / fp16 caches (KvKind::half, the cache's
+// Launcher of the wgmma token-tile kernel (prefill/kernel.cuh), instanced
+// (instances.cmake) for bf16 / fp16 caches (KvKind::half, the cache's
 // own MMA type), fp8 / nvfp4 caches (widened to bf16, or fp16 when kF16), and
 // pages of fp8 codes widened ahead with per-token scales (KvKind::half,
 // kScaled).
@@ -20,24 +20,5 @@ void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaSt
 
 template <KvKind kKind, bool kF16, bool kScaled = false>
 void prepare_attend_wgmma_tiles();
-
-#define MSA_WGMMA_TILES_EXTERN(KIND, F16)                                                                   \
-  extern template void launch_attend_wgmma_tiles<KIND, F16>(const AttendParams&, const KvMaps&, cudaStream_t); \
-  extern template void prepare_attend_wgmma_tiles<KIND, F16>();
-MSA_WGMMA_TILES_EXTERN(KvKind::half, false)
-MSA_WGMMA_TILES_EXTERN(KvKind::half, true)
-MSA_WGMMA_TILES_EXTERN(KvKind::e4m3, false)
-MSA_WGMMA_TILES_EXTERN(KvKind::e4m3, true)
-MSA_WGMMA_TILES_EXTERN(KvKind::e5m2, false)
-MSA_WGMMA_TILES_EXTERN(KvKind::e5m2, true)
-MSA_WGMMA_TILES_EXTERN(KvKind::nvfp4, false)
-MSA_WGMMA_TILES_EXTERN(KvKind::nvfp4, true)
-#undef MSA_WGMMA_TILES_EXTERN
-extern template void launch_attend_wgmma_tiles<KvKind::half, false, true>(const AttendParams&, const KvMaps&,
-                                                                          cudaStream_t);
-extern template void launch_attend_wgmma_tiles<KvKind::half, true, true>(const AttendParams&, const KvMaps&,
-                                                                         cudaStream_t);
-extern template void prepare_attend_wgmma_tiles<KvKind::half, false, true>();
-extern template void prepare_attend_wgmma_tiles<KvKind::half, true, true>();
 
 }  // namespace msa::cuda::attention

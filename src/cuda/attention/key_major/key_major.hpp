@@ -45,14 +45,10 @@ void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStr
 // slots per row) of the prefill rows into p.out / p.lse.
 void combine_tile_splits(const AttendParams& p, cudaStream_t stream);
 
-// The key-major kernel over the work items (key_major/instance_half.cu).
+// The key-major kernel over the work items (prefill/kernel.cuh with kKeyMajor; instances.cmake).
 template <bool kF16>
 void launch_attend_key_major(const AttendParams& p, const KvMaps& maps, cudaStream_t stream);
 template <bool kF16>
 void prepare_attend_key_major();
-extern template void launch_attend_key_major<false>(const AttendParams&, const KvMaps&, cudaStream_t);
-extern template void launch_attend_key_major<true>(const AttendParams&, const KvMaps&, cudaStream_t);
-extern template void prepare_attend_key_major<false>();
-extern template void prepare_attend_key_major<true>();
 
 }  // namespace msa::cuda::attention
