@@ -13,8 +13,9 @@ mangled names carry a hash of their file, match by the rest of the name). --rena
 old names to its new spelling (a namespace or template argument that changed).
 --params names the kernel parameters' constant-bank words, for a change that
 moves fields inside the parameter struct: each map file has lines
-"OFFSET SIZE NAME" (byte offset from the first parameter, c[0x0][0x210] on
-sm_90), and c[0x0][X] becomes c[0x0][NAME+DELTA] on each side, so that the same
+"OFFSET SIZE NAME [KERNEL]" (byte offset from the first parameter,
+c[0x0][0x210] on sm_90; KERNEL: only for kernels whose mangled name contains
+it), and c[0x0][X] becomes c[0x0][NAME+DELTA] on each side, so that the same
 field read at a new offset compares equal.
 Prints, per kernel, identical / different (with the first differing lines) /
 only old / only new, and exits 1 when any kernel differs or is missing.
@@ -47,16 +48,16 @@ def load_params(path):
     fields = []
     for line in open(path):
         parts = line.split()
-        if len(parts) == 3:
-            fields.append((int(parts[0]), int(parts[1]), parts[2]))
+        if len(parts) in (3, 4):
+            fields.append((int(parts[0]), int(parts[1]), parts[2], parts[3] if len(parts) == 4 else ""))
     return fields
 
 
-def name_params(line, fields):
+def name_params(line, fields, kernel):
     def sub(m):
         at = int(m.group(1), 16) - PARAM_BASE
-        for offset, size, name in fields:
-            if offset <= at < offset + size:
+        for offset, size, name, only in fields:
+            if offset <= at < offset + size and only in kernel:
                 return f"c[0x0][{name}+{at - offset}]"
         return m.group(0)
     return CBANK.sub(sub, line)
@@ -89,7 +90,7 @@ def kernels(directory, cuobjdump, renames, fields=None):
                     continue
                 s = ENCODING.sub("", ADDR.sub("", line)).strip()
                 if fields:
-                    s = name_params(s, fields)
+                    s = name_params(s, fields, name)
                 if s:
                     lines.append(s)
             if name:

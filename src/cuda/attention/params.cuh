@@ -5,6 +5,9 @@
 
 #include <cstdint>
 
+#include "msa/cache.hpp"
+#include "msa/ops.hpp"
+
 namespace msa::cuda::attention {
 
 // How the KV cache is staged into shared memory.
@@ -61,32 +64,19 @@ struct AttendParams {
   const std::int32_t* seq_lens = nullptr;       // [num_requests]
   const std::int32_t* token_request = nullptr;  // [num_tokens]
 
-  // ---- top-k: entry (t, h, k) at topk[t * topk_token_stride + h * topk_head_stride + k] ----
-  const std::int32_t* topk = nullptr;
-  std::int64_t topk_token_stride = 0;
-  std::int64_t topk_head_stride = 0;
-  int topk_count = 0;
-
-  // ---- KV cache ----
-  // half / fp8: K element (page, head, token, d) at k_base[page*page_stride +
-  // head*head_stride + token*token_stride + d] (elements of the cache dtype).
-  // nvfp4: k_base is the byte base, page_stride bytes; head strides unused.
-  const unsigned char* k_base = nullptr;
-  const unsigned char* v_base = nullptr;
-  std::int64_t page_stride = 0;
-  std::int64_t head_stride = 0;
-  std::int64_t token_stride = 0;
-  std::int64_t num_pages = 0;
-  // per_token_head fp8: [num_pages * 128, num_kv_heads]; over widened pages (the
-  // scaled token tiles, widen.hpp): [pages][num_kv_heads][2 (K, V)][128]; else null
-  const float* k_scales = nullptr;
-  const float* v_scales = nullptr;  // per_token_head fp8: [num_pages * 128, num_kv_heads]; else null
-
-  // ---- block table: page of (request r, block b) at table[r * table_stride + b] ----
-  const std::int32_t* table = nullptr;
-  std::int64_t table_stride = 0;
-  int table_rows = 0;
-  int table_cols = 0;
+  // ---- the views of the arguments (include/msa/cache.hpp, ops.hpp): every
+  // address of the top-k lists, the cache and the block table comes from their
+  // row / offset / at functions ----
+  // [num_tokens, num_kv_heads, topk.topk]: entry (t, h, k) at topk.row(t, h)[k]
+  TopkView topk;
+  // K element (page, head, token, d) at cache.k + cache.offset(page, head,
+  // token, d) (elements of the cache dtype); nvfp4: byte-addressed head slots
+  // (nvfp4::slot_offset). k_scales / v_scales: per_token_head fp8
+  // [num_pages * 128, num_kv_heads], else null; over widened pages (the scaled
+  // token tiles, widen/widen.hpp) k_scales is [pages][num_kv_heads][2 (K, V)][128].
+  KVCacheView cache;
+  // The page of (request r, block b): table.at(r, b).
+  BlockTable table;
 
   // ---- work split ----
   int decode_splits = 1;
@@ -110,8 +100,8 @@ struct AttendParams {
   const KeyMajorItem* km_items = nullptr;   // [tile_count]
   const std::int32_t* km_tokens = nullptr;  // [edges] the k2q plan's tokens
   const std::int32_t* km_slots = nullptr;   // [edges] their slots
-  void* km_partial_out = nullptr;         // [num_tokens, num_q_heads, topk_count, 128] out dtype
-  float* km_partial_lse = nullptr;        // [num_tokens, num_q_heads, topk_count]
+  void* km_partial_out = nullptr;         // [num_tokens, num_q_heads, topk.topk, 128] out dtype
+  float* km_partial_lse = nullptr;        // [num_tokens, num_q_heads, topk.topk]
   // Row-kernel launch: CTA blockIdx.x is row-kernel CTA cta_offset + blockIdx.x
   // (decode and prefill rows launch apart). cluster_splits > 1: the launch's
   // CTAs form clusters of that many, one row's splits, merged through

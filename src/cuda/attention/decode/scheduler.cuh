@@ -60,16 +60,16 @@ __device__ __forceinline__ int scan_row(const AttendParams& p, RowWork& w, int l
                                         std::int32_t* s_blocks) {
   static_assert(kMaxEntries == 64, "two entries per lane");
   const std::int32_t* row =
-      p.topk + std::int64_t(w.token) * p.topk_token_stride + std::int64_t(w.head) * p.topk_head_stride;
+      p.topk.row(w.token, w.head);
   const int r = p.token_request[w.token];
   int ids[2];
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const int k = lane + 32 * c;
-    ids[c] = k < p.topk_count ? row[k] : -1;
+    ids[c] = k < p.topk.topk ? row[k] : -1;
   }
   const bool request_ok = r >= 0 && r < p.num_requests;
-  const bool table_ok = request_ok && r < p.table_rows;
+  const bool table_ok = request_ok && r < p.table.num_rows;
   int seq = 0, q0 = 0, q1 = 0;
   if (request_ok) {
     seq = p.seq_lens[r];
@@ -79,8 +79,8 @@ __device__ __forceinline__ int scan_row(const AttendParams& p, RowWork& w, int l
   int pages[2];
 #pragma unroll
   for (int c = 0; c < 2; ++c)
-    pages[c] = table_ok && ids[c] >= 0 && ids[c] < p.table_cols
-                   ? p.table[std::int64_t(r) * p.table_stride + ids[c]]
+    pages[c] = table_ok && ids[c] >= 0 && ids[c] < p.table.max_blocks
+                   ? p.table.at(r, ids[c])
                    : -1;
   w.request = request_ok ? r : -1;
   w.position = request_ok ? token_position(w.token, seq, q0, q1) : -1;
@@ -90,7 +90,7 @@ __device__ __forceinline__ int scan_row(const AttendParams& p, RowWork& w, int l
   const bool record = w.split == 0;
 #pragma unroll
   for (int c = 0; c < 2; ++c)
-    if (lane + 32 * c < p.topk_count) s_ids[lane + 32 * c] = ids[c];
+    if (lane + 32 * c < p.topk.topk) s_ids[lane + 32 * c] = ids[c];
   __syncwarp();
   int count = 0;
 #pragma unroll
@@ -98,17 +98,17 @@ __device__ __forceinline__ int scan_row(const AttendParams& p, RowWork& w, int l
     const int k = lane + 32 * c;
     const int id = ids[c];
     bool good = false;
-    if (k < p.topk_count && id >= 0) {
-      if (id > last || id >= p.table_cols) {
+    if (k < p.topk.topk && id >= 0) {
+      if (id > last || id >= p.table.max_blocks) {
         if (record)
           detail::record_bad(p.check, detail::kBadTopkId, w.token, w.head, k, id, w.request, last + 1);
       } else {
         bool repeat = false;
         for (int j = 0; j < k; ++j) repeat |= s_ids[j] == id;
         if (!repeat) {
-          good = pages[c] >= 0 && pages[c] < p.num_pages;
+          good = pages[c] >= 0 && pages[c] < p.cache.num_pages;
           if (!good && record)
-            detail::record_bad(p.check, detail::kBadBlockTable, w.request, id, 0, pages[c], p.num_pages);
+            detail::record_bad(p.check, detail::kBadBlockTable, w.request, id, 0, pages[c], p.cache.num_pages);
         }
       }
     }

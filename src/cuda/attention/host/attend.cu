@@ -137,24 +137,12 @@ AttendParams make_params(const AttentionPlan& plan, const StepView& step, const 
   p.seq_lens = step.seq_lens;
   p.token_request = step.token_request;
 
-  p.topk = args.topk.data;
-  p.topk_token_stride = args.topk.token_stride;
-  p.topk_head_stride = args.topk.head_stride;
-  p.topk_count = args.topk.topk;
-
-  p.k_base = static_cast<const unsigned char*>(c.k);
-  p.v_base = static_cast<const unsigned char*>(c.v);
-  p.page_stride = c.page_stride;
-  p.head_stride = c.head_stride;
-  p.token_stride = c.token_stride;
-  p.num_pages = c.num_pages;
-  p.k_scales = token_scales ? c.k_scales : nullptr;
-  p.v_scales = token_scales ? c.v_scales : nullptr;
-
-  p.table = args.block_table.data;
-  p.table_stride = args.block_table.row_stride;
-  p.table_rows = args.block_table.num_rows;
-  p.table_cols = args.block_table.max_blocks;
+  p.topk = args.topk;
+  p.cache = c;
+  // The kernels take non-null scale arrays for per-token fp8 scales.
+  p.cache.k_scales = token_scales ? c.k_scales : nullptr;
+  p.cache.v_scales = token_scales ? c.v_scales : nullptr;
+  p.table = args.block_table;
 
   p.decode_splits = s.decode_splits;
   p.prefill_splits = s.prefill_splits;

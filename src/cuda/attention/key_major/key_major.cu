@@ -177,7 +177,7 @@ void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& sched
   MSA_CUDA_CHECK_LAUNCH();
   choose_kernel<<<1, 1, 0, stream>>>(km.stats(), l.km_max_items, always);
   MSA_CUDA_CHECK_LAUNCH();
-  const std::int64_t partials = std::int64_t(step.num_tokens) * p.num_q_heads * p.topk_count;
+  const std::int64_t partials = std::int64_t(step.num_tokens) * p.num_q_heads * p.topk.topk;
   fill_lse<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(km.partial_lse(), partials, km.key_major_gate());
   MSA_CUDA_CHECK_LAUNCH();
 }
@@ -203,7 +203,7 @@ void merge_rows(const void* partial_out, const float* partial_lse, int slots, st
 }  // namespace
 
 void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream) {
-  merge_rows(km.partial_out(), km.partial_lse(), p.topk_count, 0, std::int64_t(p.num_tokens) * p.num_q_heads, p,
+  merge_rows(km.partial_out(), km.partial_lse(), p.topk.topk, 0, std::int64_t(p.num_tokens) * p.num_q_heads, p,
              km.key_major_gate(), stream);
 }
 

@@ -53,7 +53,7 @@ struct Stager {
   //   [128] K scales, then [128] V scales
   __device__ const float* stage_scales(int stage) const {
     if constexpr (!kTokenScales) return nullptr;
-    return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kRawScales) + stage * 2 * kBlockKeys
+    return p.cache.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kRawScales) + stage * 2 * kBlockKeys
                                  : nullptr;
   }
   // Per-token scales in use (fp8 per_token_head), else null.
@@ -63,11 +63,11 @@ struct Stager {
   static constexpr bool kTokenScales = kKind == KvKind::e4m3 || kKind == KvKind::e5m2;
   __device__ const float* k_token_scales() const {
     if constexpr (!kTokenScales) return nullptr;
-    return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) : nullptr;
+    return p.cache.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) : nullptr;
   }
   __device__ const float* v_token_scales() const {
     if constexpr (!kTokenScales) return nullptr;
-    return p.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) + kBlockKeys
+    return p.cache.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) + kBlockKeys
                                  : nullptr;
   }
 
@@ -92,10 +92,10 @@ struct Stager {
       else cp_async16_zfill(to, from, bytes);
     };
     if constexpr (kKind == KvKind::half) {
-      const std::int64_t base = page * p.page_stride + std::int64_t(head) * p.head_stride;
-      const unsigned char* k = p.k_base + base * 2;
-      const unsigned char* v = p.v_base + base * 2;
-      const std::int64_t tstride = p.token_stride * 2;
+      const std::int64_t base = p.cache.offset(page, head, 0, 0);
+      const unsigned char* k = static_cast<const unsigned char*>(p.cache.k) + base * 2;
+      const unsigned char* v = static_cast<const unsigned char*>(p.cache.v) + base * 2;
+      const std::int64_t tstride = p.cache.token_stride * 2;
 #pragma unroll 4
       for (int i = 0; i < kBlockKeys * 16 / kNumThreads; ++i) {
         const int id = tid + i * kNumThreads;
@@ -107,7 +107,7 @@ struct Stager {
       }
     } else if constexpr (kKind == KvKind::nvfp4) {
       // K slot then V slot: one contiguous run of 2 x 9216 bytes.
-      const unsigned char* src = p.k_base + page * p.page_stride + std::int64_t(2 * head) * kNvfp4SlotBytes;
+      const unsigned char* src = static_cast<const unsigned char*>(p.cache.k) + nvfp4::slot_offset(p.cache, page, head, 0);
       constexpr int kChunks = 2 * kNvfp4SlotBytes / 16;
 #pragma unroll 3
       for (int i = 0; i < (kChunks + kNumThreads - 1) / kNumThreads; ++i) {
@@ -125,26 +125,26 @@ struct Stager {
         copy16(dst + std::uint32_t(at), src + (bytes ? id * 16 : 0), bytes);
       }
     } else {
-      const std::int64_t base = page * p.page_stride + std::int64_t(head) * p.head_stride;
-      const unsigned char* k = p.k_base + base;
-      const unsigned char* v = p.v_base + base;
+      const std::int64_t base = p.cache.offset(page, head, 0, 0);
+      const unsigned char* k = static_cast<const unsigned char*>(p.cache.k) + base;
+      const unsigned char* v = static_cast<const unsigned char*>(p.cache.v) + base;
 #pragma unroll 4
       for (int i = 0; i < kBlockKeys * 8 / kNumThreads; ++i) {
         const int id = tid + i * kNumThreads;
         const int token = id >> 3, c = id & 7;
         const int bytes = token < valid_keys ? 16 : 0;
-        const std::int64_t off = bytes ? token * p.token_stride + c * 16 : 0;
+        const std::int64_t off = bytes ? token * p.cache.token_stride + c * 16 : 0;
         const auto at = std::uint32_t(fp8f::raw_offset(token, c));  // swizzled 16-byte chunks
         copy16(dst + at, k + off, bytes);
         copy16(dst + kFp8RawBytes + at, v + off, bytes);
       }
-      if (p.k_scales != nullptr && tid < kBlockKeys) {
+      if (p.cache.k_scales != nullptr && tid < kBlockKeys) {
         const std::uint32_t sdst = smem_u32(smem + L::kRawScales + stage * 2 * kBlockKeys * 4);
         const int token = tid;
         const int bytes = token < valid_keys ? 4 : 0;
         const std::int64_t at = bytes ? (page * kBlockKeys + token) * p.num_kv_heads + head : 0;
-        cp_async4_zfill(sdst + token * 4, p.k_scales + at, bytes);
-        cp_async4_zfill(sdst + (kBlockKeys + token) * 4, p.v_scales + at, bytes);
+        cp_async4_zfill(sdst + token * 4, p.cache.k_scales + at, bytes);
+        cp_async4_zfill(sdst + (kBlockKeys + token) * 4, p.cache.v_scales + at, bytes);
       }
     }
   }
@@ -187,7 +187,7 @@ struct Stager {
           *reinterpret_cast<uint4*>(tile + tensor * kTileBytes + tile_offset(token, c)) = o;
         }
       }
-      if (p.k_scales != nullptr && tid < kBlockKeys) {
+      if (p.cache.k_scales != nullptr && tid < kBlockKeys) {
         const float* raw_scales = reinterpret_cast<const float*>(smem + L::kRawScales) + stage * 2 * kBlockKeys;
         float* cur = reinterpret_cast<float*>(smem + L::kCurScales);
         const bool ok = tid < valid_keys;

@@ -56,7 +56,7 @@ __device__ __forceinline__ std::int64_t tile_row_target(const AttendParams& p, c
   if constexpr (kKeyMajor) {
     const int token = reinterpret_cast<const std::int32_t*>(list + TileList::kToken)[tok];
     const int slot = reinterpret_cast<const std::int32_t*>(list + TileList::kSlot)[tok];
-    return (std::int64_t(token) * p.num_q_heads + qh) * p.topk_count + slot;
+    return (std::int64_t(token) * p.num_q_heads + qh) * p.topk.topk + slot;
   } else {
     return std::int64_t(first + tok) * p.num_q_heads + qh;
   }

@@ -62,7 +62,7 @@ namespace msa::cuda::attention {
 
 // kKeyMajor: the tiles are key-major work items (plan_item), whose rows go to
 // the partials (bf16 / fp16 caches only). kScaled: bf16 / fp16 pages of fp8
-// codes widened ahead with their per-token scales (p.k_scales: float
+// codes widened ahead with their per-token scales (p.cache.k_scales: float
 // [pages][heads][2][128], widen/choice.hpp), applied to the fp32 scores and
 // probabilities.
 template <KvKind kKind, bool kF16, bool kKeyMajor = false, bool kScaled = false>
@@ -129,14 +129,14 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
            k_issued = lead_block(list) >= 0 ? 1 : 0;
            if (k_issued >= n) return;
            if (lane == 0)
-             load_k_tile<kScaled>(maps, list_entries(list).page[k_issued], head, smem, bar, k_issued, p.k_scales,
+             load_k_tile<kScaled>(maps, list_entries(list).page[k_issued], head, smem, bar, k_issued, p.cache.k_scales,
                                   p.num_kv_heads);
            ++k_issued;
          }
        },
        [&](int page, int head) {
          if constexpr (kKind == KvKind::half && !kKeyMajor) {
-           load_k_tile<kScaled>(maps, page, head, smem, bar, 0, p.k_scales,
+           load_k_tile<kScaled>(maps, page, head, smem, bar, 0, p.cache.k_scales,
                                 p.num_kv_heads);  // (kLeadWorker: this warp's lane 0)
            return true;
          } else {
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const int tail_block = header[PlanHeader::kTailBlock], tail_keys = header[PlanHeader::kTailKeys];
       if constexpr (kKind == KvKind::half)
         load_half_blocks<kScaled>(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails,
-                                  j == 0 ? k_issued : 0, p.k_scales, p.num_kv_heads);
+                                  j == 0 ? k_issued : 0, p.cache.k_scales, p.num_kv_heads);
       else if constexpr (kKind == KvKind::nvfp4)
         widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       else

@@ -83,7 +83,7 @@ static_assert(WgmmaTile::producer_regs(KvKind::half) + 2 * WgmmaTile::consumer_r
 // (WgmmaTile::full_arrivals): fp8 caches with per-token scales, the only ones
 // with k_scales (attend.cu). Read from the kernel parameter at each use, so
 // that it holds no register.
-__device__ __forceinline__ bool every_thread_arrives(const AttendParams& p) { return p.k_scales != nullptr; }
+__device__ __forceinline__ bool every_thread_arrives(const AttendParams& p) { return p.cache.k_scales != nullptr; }
 
 // What the planners tell the other roles about a tile (int32 [8] at the plan buffer's start).
 struct PlanHeader {

@@ -158,7 +158,7 @@ __device__ __forceinline__ void widen_blocks(const TileEntries& entries, int n, 
 }
 
 // fp8 producer: widen_blocks over raw tiles loaded by TMA into the slots'
-// upper halves, widened by widen_row. Per-(token, head) scales (p.k_scales
+// upper halves, widened by widen_row. Per-(token, head) scales (p.cache.k_scales
 // non-null): each thread also copies its key's K or V scale of the block into
 // the slot's scale array (WgmmaTile::kScales), the V scale 0 where the V row
 // is zero, once it has seen the consumers release the slot; each thread then
@@ -177,15 +177,15 @@ __device__ __forceinline__ void widen_fp8_blocks(const AttendParams& p, const Kv
                       map_coord(maps, 2, head, page), map_coord(maps, 3, head, page));
   };
   // The thread's key's K and V scales of the next block, loaded a block ahead.
-  const float* token_scales[2] = {p.k_scales, p.v_scales};
+  const float* token_scales[2] = {p.cache.k_scales, p.cache.v_scales};
   auto scale_of = [&](int plane, int i) {
     return token_scales[plane][(std::int64_t(entries.page[i]) * kBlockKeys + ptid) * p.num_kv_heads + head];
   };
   float next[2] = {0.0f, 0.0f};
-  if (p.k_scales != nullptr && n > 0) next[0] = scale_of(0, 0), next[1] = scale_of(1, 0);
+  if (p.cache.k_scales != nullptr && n > 0) next[0] = scale_of(0, 0), next[1] = scale_of(1, 0);
   widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, every_thread_arrives(p), load_raw,
                [&](int plane, int i, unsigned char* slot, int r, bool zero) {
-                 if (p.k_scales != nullptr) {
+                 if (p.cache.k_scales != nullptr) {
                    const float value = next[plane];
                    if (i + 1 < n) next[plane] = scale_of(plane, i + 1);
                    const int g = g0 + i, s = ring_slot(g);
@@ -244,7 +244,7 @@ __device__ __forceinline__ void widen_fp4_blocks(const AttendParams& p, const Ti
   using W = WgmmaTile;
   auto load_raw = [&](int plane, int i, int s, std::uint32_t raw_bar) {
     const unsigned char* src =
-        p.k_base + std::int64_t(entries.page[i]) * p.page_stride + std::int64_t(2 * head + plane) * kNvfp4SlotBytes;
+        static_cast<const unsigned char*>(p.cache.k) + nvfp4::slot_offset(p.cache, entries.page[i], head, plane);
     sm90::mbar_arrive_expect_tx(raw_bar, kNvfp4SlotBytes);
     sm90::bulk_load(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + kRawFp4Offset), src,
                     kNvfp4SlotBytes, raw_bar);

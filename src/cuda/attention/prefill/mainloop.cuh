@@ -286,7 +286,7 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Kv
   float o[64], sc[64], m[2], l[2];
   std::uint32_t pa[8][4];
   clear_tile_state(o, sc, m, l, pa);
-  const bool token_scales = p.k_scales != nullptr;
+  const bool token_scales = p.cache.k_scales != nullptr;
 
   bool prev_active = false;  // this warpgroup attended block i - 1 (P(i - 1) in pa)
   for (int i = 0;; ++i) {

@@ -139,9 +139,9 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
       const int max_pos = max_position();
       const int block = max_pos >= 0 ? max_pos / kBlockKeys : -1;
       int lead = -1, page = -1;
-      if (splits == 1 && block >= 0 && block < p.table_cols && t.request >= 0 && t.request < p.table_rows) {
-        page = p.table[std::int64_t(t.request) * p.table_stride + block];
-        if (page >= 0 && page < p.num_pages && lead_load(page, t.head)) lead = block;
+      if (splits == 1 && block >= 0 && block < p.table.max_blocks && t.request >= 0 && t.request < p.table.num_rows) {
+        page = p.table.at(t.request, block);
+        if (page >= 0 && page < p.cache.num_pages && lead_load(page, t.head)) lead = block;
       }
       scalars[TileList::kLeadBlock] = lead;
       scalars[TileList::kLeadPage] = page;
@@ -193,11 +193,11 @@ __device__ __forceinline__ void plan_item(const AttendParams& p, std::int64_t it
   }
   if (w == 0) {
     // The k2q plan placed only eligible blocks of valid requests; the page is checked here.
-    const int page = r < p.table_rows && it.block < p.table_cols
-                         ? p.table[std::int64_t(r) * p.table_stride + it.block]
+    const int page = r < p.table.num_rows && it.block < p.table.max_blocks
+                         ? p.table.at(r, it.block)
                          : -1;
-    const bool good = page >= 0 && page < p.num_pages;
-    if (!good) detail::record_bad(p.check, detail::kBadBlockTable, r, it.block, 0, page, p.num_pages);
+    const bool good = page >= 0 && page < p.cache.num_pages;
+    if (!good) detail::record_bad(p.check, detail::kBadBlockTable, r, it.block, 0, page, p.cache.num_pages);
     *reinterpret_cast<std::uint64_t*>(list + TileList::kEntryMask) =
         count >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << count) - 1;
     *reinterpret_cast<std::int32_t*>(list + TileList::kEntryBlock) = it.block;

@@ -183,10 +183,10 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
   auto* scalars = reinterpret_cast<int*>(list + TileList::kScalars);
   auto* lead_mask = reinterpret_cast<unsigned long long*>(scratch + UnionScratch::kLeadMask);
 
-  const int topk = p.topk_count;
+  const int topk = p.topk.topk;
   const int pairs = t.count * topk;  // <= kTileMaxPairs (tile_tokens)
-  const bool table_ok = t.request >= 0 && t.request < p.table_rows;
-  const std::int32_t* table = p.table + std::int64_t(table_ok ? t.request : 0) * p.table_stride;
+  const bool table_ok = t.request >= 0 && t.request < p.table.num_rows;
+  const std::int32_t* table = p.table.row(table_ok ? t.request : 0);
 
   // The raw ids, checked against each token's own eligible range; an empty set.
   for (int h = tid; h < kTileHashSlots; h += kWorkers) {
@@ -212,8 +212,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
     if (i >= pairs) continue;
     const int tok = i / topk, k = i - tok * topk;
     if (s_pos[tok] >= 0 && table_ok)
-      raw_of[j] = p.topk[std::int64_t(t.first + tok) * p.topk_token_stride +
-                         std::int64_t(t.head) * p.topk_head_stride + k];
+      raw_of[j] = p.topk.row(t.first + tok, t.head)[k];
   }
   after_ids(scalars);
 #pragma unroll
@@ -229,7 +228,7 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
       const int raw = raw_of[j];
       const int last = pos / kBlockKeys;
       if (raw >= 0) {
-        if (raw > last || raw >= p.table_cols)
+        if (raw > last || raw >= p.table.max_blocks)
           detail::record_bad(p.check, detail::kBadTopkId, token, t.head, k, raw, t.request, last + 1);
         else
           id = raw;
@@ -280,11 +279,11 @@ __device__ __forceinline__ int build_union_with(const AttendParams& p, const Til
     distinct[u] = h;
     const int page = kEarlyPages ? hash_page[h] : table[id];
     good_page[u] = page;
-    if (page >= 0 && page < p.num_pages) {
+    if (page >= 0 && page < p.cache.num_pages) {
       good_id[u] = id;
     } else {
       good_id[u] = 0x7fffffff;
-      detail::record_bad(p.check, detail::kBadBlockTable, t.request, id, 0, page, p.num_pages);
+      detail::record_bad(p.check, detail::kBadBlockTable, t.request, id, 0, page, p.cache.num_pages);
     }
   }
   sync();

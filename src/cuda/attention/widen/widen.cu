@@ -51,20 +51,20 @@ constexpr int kTileBytes = kBlockKeys * kDim * 2;  // one widened K or V tile of
 __global__ void __launch_bounds__(kMarkThreads) mark_selected_blocks(const AttendParams p, const WidenMarks m) {
   const int tokens = p.num_tokens - p.num_decode_tokens;
   const std::int64_t i = std::int64_t(blockIdx.x) * kMarkThreads + threadIdx.x;
-  const bool in_range = i < std::int64_t(tokens) * p.num_kv_heads * p.topk_count;
+  const bool in_range = i < std::int64_t(tokens) * p.num_kv_heads * p.topk.topk;
   const int token = p.num_decode_tokens + int(in_range ? i % tokens : 0);
-  const int entry_of = int(in_range ? i / tokens : 0), head = entry_of / p.topk_count, k = entry_of % p.topk_count;
+  const int entry_of = int(in_range ? i / tokens : 0), head = entry_of / p.topk.topk, k = entry_of % p.topk.topk;
   bool valid = false;
   int r = 0, raw = -1;
   if (in_range) {
-    raw = p.topk[std::int64_t(token) * p.topk_token_stride + std::int64_t(head) * p.topk_head_stride + k];
+    raw = p.topk.row(token, head)[k];
     r = p.token_request[token];
-    if (raw >= 0 && r >= m.first_request && r < m.first_request + m.requests && r < p.table_rows) {
+    if (raw >= 0 && r >= m.first_request && r < m.first_request + m.requests && r < p.table.num_rows) {
       const int q0 = p.query_start[r], q1 = p.query_start[r + 1];
       const int pos = token >= q0 && token < q1 ? token_position(token, p.seq_lens[r], q0, q1) : -1;
       const int last = pos / kBlockKeys;
       if (pos < 0) {
-      } else if (raw > last || raw >= min(p.table_cols, m.block_cap)) {
+      } else if (raw > last || raw >= min(p.table.max_blocks, m.block_cap)) {
         detail::record_bad(p.check, detail::kBadTopkId, token, head, k, raw, r, last + 1);
       } else {
         valid = true;
@@ -77,10 +77,10 @@ __global__ void __launch_bounds__(kMarkThreads) mark_selected_blocks(const Atten
   const unsigned peers = __match_any_sync(0xffffffffu, key);
   if (!valid || (threadIdx.x & 31) != __ffs(peers) - 1) return;
   // (the block-table entry read before the claims, to overlap them)
-  const int source = p.table[std::int64_t(r) * p.table_stride + raw];
+  const int source = p.table.at(r, raw);
   std::int32_t* claim = m.claims + (std::int64_t(r - m.first_request) * p.num_kv_heads + head) * m.block_cap + raw;
   if (atomicCAS(claim, -1, 0) != -1) return;
-  const bool good = source >= 0 && source < p.num_pages;
+  const bool good = source >= 0 && source < p.cache.num_pages;
   // The triple's item and the (request, block)'s page are claimed side by
   // side (neither atomic waits for the other).
   std::int32_t* entry = m.table + std::int64_t(r) * m.block_cap + raw;
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kMarkThreads) mark_selected_blocks(const Atten
   if (good) {
     *entry = atomicAdd(&m.counters[0], 1) + 1;
   } else {
-    detail::record_bad(p.check, detail::kBadBlockTable, r, raw, 0, source, p.num_pages);
+    detail::record_bad(p.check, detail::kBadBlockTable, r, raw, 0, source, p.cache.num_pages);
     *entry = -3;
   }
 }
@@ -119,15 +119,15 @@ __device__ __forceinline__ uint4* widened_chunk(unsigned char* tile, int c) {
 // (widens_exactly), all loads issued before the first conversion.
 template <KvKind kKind, bool kF16, class Out>
 __device__ __forceinline__ void widen_fp8_tiles(const AttendParams& p, int page, int head, Out out_of) {
-  const std::int64_t at = std::int64_t(page) * p.page_stride + std::int64_t(head) * p.head_stride;
+  const std::int64_t at = p.cache.offset(page, head, 0, 0);
   uint2 in[2][kWidenChunks];
 #pragma unroll
   for (int plane = 0; plane < 2; ++plane) {
 #pragma unroll
     for (int j = 0; j < kWidenChunks; ++j) {
       const int c = threadIdx.x + kWidenThreads * j;
-      in[plane][j] = __ldg(reinterpret_cast<const uint2*>((plane ? p.v_base : p.k_base) + at +
-                                                          std::int64_t(c >> 4) * p.token_stride + 8 * (c & 15)));
+      in[plane][j] = __ldg(reinterpret_cast<const uint2*>(static_cast<const unsigned char*>(plane ? p.cache.v : p.cache.k) +
+                                                          at + std::int64_t(c >> 4) * p.cache.token_stride + 8 * (c & 15)));
     }
   }
   const TilePair out = out_of();  // (resolved while the loads are in flight)
@@ -155,7 +155,7 @@ __device__ __forceinline__ void widen_fp4_tiles(const AttendParams& p, int page,
 #pragma unroll
   for (int plane = 0; plane < 2; ++plane) {
     const unsigned char* slot =
-        p.k_base + std::int64_t(page) * p.page_stride + std::int64_t(2 * head + plane) * nvfp4::kSlotBytes;
+        static_cast<const unsigned char*>(p.cache.k) + nvfp4::slot_offset(p.cache, page, head, plane);
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
       const int c = threadIdx.x + kWidenThreads * j;
@@ -187,7 +187,7 @@ __device__ __forceinline__ void copy_token_scales(const AttendParams& p, const W
                                                   int page) {
   const int t = threadIdx.x & (kBlockKeys - 1), plane = threadIdx.x / kBlockKeys;
   if (plane > 1) return;
-  const float* from = plane ? p.v_scales : p.k_scales;
+  const float* from = plane ? p.cache.v_scales : p.cache.k_scales;
   float value = from[(std::int64_t(item.w) * kBlockKeys + t) * p.num_kv_heads + item.z];
   if (plane == 1 && std::int64_t(item.y) * kBlockKeys + t >= p.seq_lens[item.x]) value = 0.0f;
   m.scales[((std::int64_t(page) * p.num_kv_heads + item.z) * 2 + plane) * kBlockKeys + t] = value;
@@ -272,7 +272,7 @@ void widen_ahead(const AttendParams& p, const WidenArea& a, DType kv, cudaStream
   m.requests = a.choice.requests;
   m.block_cap = a.choice.block_cap;
   MSA_CUDA_CHECK(cudaMemsetAsync(a.base + a.map.widen_fill, 0xff, a.map.widen_fill_bytes, s));
-  const std::int64_t marks = std::int64_t(p.num_tokens - p.num_decode_tokens) * p.num_kv_heads * p.topk_count;
+  const std::int64_t marks = std::int64_t(p.num_tokens - p.num_decode_tokens) * p.num_kv_heads * p.topk.topk;
   if (marks > 0) {
     mark_selected_blocks<<<dim3(unsigned((marks + kMarkThreads - 1) / kMarkThreads)), dim3(kMarkThreads), 0, s>>>(
         p, m);
@@ -293,19 +293,20 @@ void widen_ahead(const AttendParams& p, const WidenArea& a, DType kv, cudaStream
 
 AttendParams widened_params(const AttendParams& p, const WidenArea& a) {
   AttendParams w = p;
-  w.k_base = a.k();
-  w.v_base = a.v();
-  w.head_stride = kBlockKeys * kDim;
-  w.page_stride = std::int64_t(a.num_kv_heads) * w.head_stride;
-  w.token_stride = kDim;
-  w.num_pages = a.choice.pages;
-  w.k_scales = a.token_scales(p);
-  w.v_scales = nullptr;
-  w.table = a.table();
-  w.table_stride = a.choice.block_cap;
+  w.cache.dtype = a.f16 ? DType::fp16 : DType::bf16;  // [page][head][128][128]
+  w.cache.k = a.k();
+  w.cache.v = a.v();
+  w.cache.head_stride = kBlockKeys * kDim;
+  w.cache.page_stride = std::int64_t(a.num_kv_heads) * w.cache.head_stride;
+  w.cache.token_stride = kDim;
+  w.cache.num_pages = a.choice.pages;
+  w.cache.k_scales = a.token_scales(p);
+  w.cache.v_scales = nullptr;
+  w.table.data = a.table();
+  w.table.row_stride = a.choice.block_cap;
   // Lookups stay inside the region's table whatever the device's step data say.
-  w.table_rows = std::min(p.table_rows, a.choice.first_request + a.choice.requests);
-  w.table_cols = std::min(p.table_cols, a.choice.block_cap);
+  w.table.num_rows = std::min(p.table.num_rows, a.choice.first_request + a.choice.requests);
+  w.table.max_blocks = std::min(p.table.max_blocks, a.choice.block_cap);
   w.tile_gate = a.choice.gated ? a.gates() : nullptr;
   return w;
 }

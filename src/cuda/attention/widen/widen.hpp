@@ -31,9 +31,9 @@ struct WidenArea {
   unsigned char* k() const { return base + map.widen_k; }
   unsigned char* v() const { return base + map.widen_v; }
   float* scales() const { return reinterpret_cast<float*>(base + map.widen_scales); }  // (choice.scales)
-  // The pages' scales for a step whose cache has per-token scales (p.k_scales), else null.
+  // The pages' scales for a step whose cache has per-token scales (p.cache.k_scales), else null.
   float* token_scales(const AttendParams& p) const {
-    return choice.scales && p.k_scales != nullptr ? scales() : nullptr;
+    return choice.scales && p.cache.k_scales != nullptr ? scales() : nullptr;
   }
 };
 
@@ -48,8 +48,8 @@ WidenArea widen_area(const AttentionSchedule& schedule, unsigned char* base, con
 // eligible selected (request, KV head, block) once and a page for each
 // (request, block); then each claimed triple's K and V widened into its page,
 // exactly (widens_exactly: per-tensor and nvfp4 global scales stay in p's
-// score and output scales), with its per-token scales (p.k_scales /
-// p.v_scales, area.choice.scales) copied beside it: V scales 0 past the
+// score and output scales), with its per-token scales (p.cache.k_scales /
+// p.cache.v_scales, area.choice.scales) copied beside it: V scales 0 past the
 // request's last key. A gated step writes the two kernels' tile gates
 // (area.gates()).
 //   p: the step's parameters (make_params); kv: the cache dtype (fp8 or nvfp4)
