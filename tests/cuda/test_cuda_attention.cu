@@ -400,7 +400,7 @@ TEST(CudaAttentionTiles, ShapeTileSplits) {
                        ", prefill splits " + std::to_string(p.plan.schedule.prefill_splits) + ")");
     }
     // The rule with fewer SMs than the device has, so that this step's last
-    // round is at most half full: only the tiles from plan.tile_split_from on
+    // round is at most half full: only the tiles from schedule.tile_split_from on
     // split (16/1: 96 tile numbers on 40 SMs, from 80 two ways; 32/4: 204 on
     // 96, from 192 four ways), the whole ones write out directly.
     const int sms = q_heads / kv_heads == 16 ? 40 : 96;

@@ -1,8 +1,9 @@
 // Host heuristics of the CUDA sparse attention: how many ways the selected
 // blocks of one (token, KV head) row are split across CTAs and how split rows
-// merge, whether prefill rows run as token tiles, and how the plan's workspace
-// is laid out. Pure functions with no CUDA includes, so the CPU unit tests
-// (tests/unit/test_attention_plan.cpp) check them directly.
+// merge, whether prefill rows run as token tiles (and on which kernel), how
+// tiles split, when a step may run key-major. Pure functions with no CUDA
+// includes, so the CPU unit tests (tests/unit/test_attention_plan.cpp) check
+// them directly; make_schedule (schedule.hpp) applies them.
 #pragma once
 
 #include <algorithm>
