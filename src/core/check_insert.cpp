@@ -138,13 +138,16 @@ void cache_view(const KVCacheView& c) {
 }
 
 void index_cache_view(const IndexCacheView& c) {
-  MSA_CHECK(c.dtype == DType::bf16 || c.dtype == DType::fp8_e4m3, "index_cache.dtype = ",
-            dtype_name(c.dtype), " is not an index cache dtype (expected bf16 or fp8_e4m3)");
+  MSA_CHECK(c.dtype == DType::bf16 || c.dtype == DType::fp8_e4m3 || c.dtype == DType::nvfp4, "index_cache.dtype = ",
+            dtype_name(c.dtype), " is not an index cache dtype (expected bf16, fp8_e4m3 or nvfp4)");
   MSA_CHECK(c.num_pages >= 0, "index_cache.num_pages = ", c.num_pages, " must be >= 0");
   if (c.num_pages > 0) MSA_CHECK(c.base != nullptr, "index_cache.base is null");
-  const std::int64_t page = std::int64_t(kBlockSize) * kHeadDim;
+  const bool fp4 = c.dtype == DType::nvfp4;
+  const std::int64_t page = fp4 ? index_nvfp4::kPageBytes : std::int64_t(kBlockSize) * kHeadDim;
   MSA_CHECK(c.page_stride >= page, "index_cache.page_stride = ", c.page_stride,
-            " is smaller than one page (", page, " elements)");
+            " is smaller than one page (", page, fp4 ? " bytes)" : " elements)");
+  MSA_CHECK(!fp4 || (std::isfinite(c.global_scale) && c.global_scale > 0.0f), "index_cache.global_scale = ",
+            c.global_scale, " must be finite and positive");
 }
 
 void insert_kv_shape(const KVCacheView& cache, const InsertKVArgs& args) {

@@ -92,6 +92,23 @@ void read_kv(const KVCacheView& cache, const BlockTable& table, std::int32_t r, 
   }
 }
 
+void read_index_row(const IndexCacheView& cache, std::int64_t page, std::int64_t token, double* out) {
+  MSA_CHECK(page >= 0 && page < cache.num_pages, "cache reader: index page ", page, " but the index cache has ",
+            cache.num_pages, " pages");
+  if (cache.dtype != DType::nvfp4) {
+    const std::int64_t row = cache.offset(page, token, 0);
+    for (int d = 0; d < kDim; ++d) out[d] = read_element(cache.base, cache.dtype, row + d);
+    return;
+  }
+  const auto* row = static_cast<const std::uint8_t*>(cache.base) + index_nvfp4::row_offset(cache, page, token);
+  const std::uint8_t* scales = row + index_nvfp4::kDataBytes;
+  for (int d = 0; d < kDim; ++d) {
+    const std::uint8_t code = (d % 2) ? row[d / 2] >> 4 : row[d / 2] & 0xF;
+    out[d] = double(num::e2m1_to_float(code)) * num::e4m3_to_float(scales[d / nvfp4::kGroup]) *
+             double(cache.global_scale);
+  }
+}
+
 HeadKV read_kv(const KVCacheView& cache, const BlockTable& table, std::int32_t r,
                std::int32_t head, std::int64_t seq_len) {
   HeadKV kv;

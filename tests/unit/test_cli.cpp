@@ -2,8 +2,8 @@
 // library error exits 1 as "msa: error: ...", and `msa run` on tiny workloads
 // (several dtypes, layouts and TP degrees) passes its oracle check and exits 0.
 //
-// The binary is $MSA_BIN, or `msa` in the parent of this test's directory
-// (build/tests/test_cli -> build/msa).
+// The binary is $MSA_BIN, or this build's command (MSA_CLI_PATH, set by
+// tests/CMakeLists.txt: build/bin/msa).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,7 +22,7 @@ namespace fs = std::filesystem;
 
 fs::path msa_binary() {
   if (const char* env = std::getenv("MSA_BIN")) return env;
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "msa";
+  return MSA_CLI_PATH;
 }
 
 struct Result {
@@ -71,6 +71,7 @@ TEST(Cli, BadOptionsExit2WithAMessage) {
        {Case{"run --bogus", "--bogus"}, Case{"run --tp 3", "--tp"},
         Case{"run --kv-dtype fp7", "fp7"}, Case{"run --kv-dtype f32", "KV cache dtype"},
         Case{"run --layout xyz", "layout"}, Case{"run --topk 65", "--topk"},
+        Case{"run --index-dtype fp16", "not an index cache dtype (bf16, fp8_e4m3, nvfp4)"},
         Case{"run --batch -1", "--batch"}, Case{"run --seed banana", "--seed"},
         Case{"run --decode-context-min 9 --decode-context-max 3", "--decode-context-max"},
         Case{"run --batch 0 --prefill-tokens 0", "empty"}, Case{"run --backend tpu", "--backend"},
@@ -94,6 +95,14 @@ TEST(Cli, HelpExits0) {
   const Result r = run_msa("run --help");
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "--kv-dtype")) << r.output;
+}
+
+TEST(Cli, VersionNamesTheCommitAndBackends) {
+  const Result r = run_msa("--version");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, std::string("msa ") + MSA_PROJECT_VERSION + " (commit ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "CPU engine")) << r.output;
+  EXPECT_FALSE(contains(r.output, "commit )")) << r.output;
 }
 
 TEST(Cli, LibraryErrorExits1) {
@@ -132,6 +141,30 @@ TEST(Cli, TinyRunsPassAcrossDtypesLayoutsAndTp) {
     const Result r = run_msa(kTiny + extra);
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_TRUE(contains(r.output, "PASS")) << r.output;
+  }
+}
+
+// An fp8 or nvfp4 index cache passes the oracle check (on the values it holds)
+// and reports how many of the bf16 index's blocks it keeps; a bf16 one reports none.
+TEST(Cli, LowPrecisionIndexReportsItsAgreementWithBf16) {
+  for (const char* dtype : {"fp8_e4m3", "nvfp4", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const fs::path json = fs::temp_directory_path() /
+                          ("msa_test_cli_" + std::to_string(getpid()) + "_" + dtype + ".json");
+    const Result r = run_msa(kTiny + "--backend cpu --seed 3 --index-dtype " + dtype + " --json '" +
+                             json.string() + "'");
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "PASS")) << r.output;
+    const bool low = std::string(dtype) != "bf16";
+    EXPECT_EQ(contains(r.output, "against a bf16 index of the same keys"), low) << r.output;
+    std::ifstream f(json);
+    std::stringstream text;
+    text << f.rdbuf();
+    EXPECT_EQ(contains(text.str(), "\"fraction_kept\""), low) << text.str();
+    if (!low) {
+      EXPECT_TRUE(contains(text.str(), "\"index_agreement\": null")) << text.str();
+    }
+    fs::remove(json);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "index_agreement.hpp"
 #include "oracle_check.hpp"
 #include "step_stats.hpp"
 #include "workload.hpp"
@@ -28,6 +29,7 @@ struct RunReport {
   StepStats stats;
   std::vector<StageTime> stages;
   CheckResult check;
+  IndexAgreement agreement;  // fp8 / nvfp4 index against the bf16 index (measured = false for bf16)
   double total_seconds = 0.0;
 };
 

@@ -115,4 +115,4 @@ ${_externs}
 " @ONLY)
 
 target_sources(msa_cuda_attention PRIVATE ${_sources})
-target_include_directories(msa_cuda_attention PUBLIC ${CMAKE_CURRENT_BINARY_DIR}/generated)
+target_include_directories(msa_cuda_attention PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)

@@ -36,27 +36,6 @@ struct InsertKVParams {
 
 constexpr int kThreads = 256;
 
-// Quantizes 8 elements (8c .. 8c+7 of one row) into an nvfp4 head slot: 4 data
-// bytes and, from even lanes, the scale byte of the 16-element group.
-//   slot: byte base of the (page, head, K|V) slot
-__device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, int c,
-                                            std::int64_t token, std::uint8_t* slot) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the other half of the group
-  const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
-  std::uint32_t bytes = 0;
-#pragma unroll
-  for (int e = 0; e < 8; e += 2) {
-    const std::uint32_t lo = num::nvfp4_encode(x[e], sf, global_scale);
-    const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
-    bytes |= (lo | (hi << 4)) << (4 * e);
-  }
-  insert_detail::store_bytes4(slot + nvfp4::data_offset(token, 4 * c), bytes);
-  if ((c & 1) == 0) slot[nvfp4::scale_offset(token, c >> 1)] = sf;
-}
-
 template <int Src, int Dst>
 __global__ void __launch_bounds__(kThreads) insert_kv_kernel(const InsertKVParams p) {
   const std::int64_t gid = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -83,7 +62,8 @@ __global__ void __launch_bounds__(kThreads) insert_kv_kernel(const InsertKVParam
 
   if constexpr (Dst == kDstNvfp4) {
     auto* slot_base = static_cast<std::uint8_t*>(p.cache.k) + nvfp4::slot_offset(p.cache, page, h, is_v);
-    store_nvfp4(x, is_v ? p.cache.v_scale : p.cache.k_scale, c, token, slot_base);
+    insert_detail::store_nvfp4_8(x, is_v ? p.cache.v_scale : p.cache.k_scale, c, 0xffffffffu,
+                                 slot_base + nvfp4::data_offset(token, 0), slot_base + nvfp4::scale_offset(token, 0));
   } else {
     float scale = 1.0f;
     if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {

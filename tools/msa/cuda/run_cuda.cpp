@@ -53,6 +53,8 @@ CudaStageTimes run_step_cuda(Workload& w) {
   const DeviceBuffer new_index_k = to_device(w.new_index_k);
   const DeviceBuffer slots = to_device(w.slots), index_slots = to_device(w.index_slots);
   const DeviceBuffer q = to_device(w.q), index_q = to_device(w.index_q);
+  // The index query the indexer reads: index_q, or its e4m3 cast for an fp8 index.
+  const DeviceBuffer index_q_e4m3 = to_device(w.index_q_e4m3);
   DeviceBuffer topk(w.topk.size() * sizeof(std::int32_t));
   DeviceBuffer out(w.out.size());
   DeviceBuffer lse(w.lse.size() * sizeof(float));
@@ -72,7 +74,7 @@ CudaStageTimes run_step_cuda(Workload& w) {
   insert_index.slots = index_slots.as<std::int64_t>();
 
   IndexerArgs ia = w.indexer_args();
-  ia.index_q = index_q.get();
+  ia.index_q = ia.iq_dtype == DType::fp8_e4m3 ? index_q_e4m3.get() : index_q.get();
   ia.cache = w.index_view_at(index_cache.get());
   ia.block_table = w.table_at(index_table.as<std::int32_t>());
   ia.out.data = topk.as<std::int32_t>();
@@ -110,6 +112,20 @@ CudaStageTimes run_step_cuda(Workload& w) {
       cuda::plan_attention(meta, aa, {attend_ws.get(), attend_ws_bytes}, s);
   for (int pass = 0; pass < 2; ++pass)
     times.attend_s = time_on(stream, [&] { cuda::attend(plan, step, aa, s, check); });
+  // ---- the bf16 index of the same keys, for the agreement (untimed) ----------------
+  if (w.spec().bf16_index_twin) {
+    DeviceBuffer twin_cache = to_device(w.twin_index_bytes);
+    DeviceBuffer twin_topk(w.twin_topk.size() * sizeof(std::int32_t));
+    IndexerArgs twin = w.twin_indexer_args();
+    twin.index_q = index_q.get();  // the src_dtype index query
+    twin.cache = w.twin_index_view_at(twin_cache.get());
+    twin.block_table = ia.block_table;
+    twin.out.data = twin_topk.as<std::int32_t>();
+    cuda::insert_index(twin.cache, insert_index, s, check);
+    cuda::index(step, twin, w.max_blocks, {index_ws.get(), index_ws_bytes}, s, check);
+    sync_stream(s);
+    twin_topk.download(w.twin_topk.data(), w.twin_topk.size() * sizeof(std::int32_t));
+  }
   cuda::read_check(check, s);
   sync_stream(s);
 
