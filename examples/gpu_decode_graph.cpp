@@ -68,18 +68,17 @@ int main() try {
   // Plan once (workspaces: the attention plan's, the indexer's block scores), capture once.
   cudaStream_t stream;
   cuda_ok(cudaStreamCreate(&stream));
-  const msa::cuda::AttentionShape shape{.num_q_heads = QH, .num_kv_heads = H, .topk = model.topk};
-  const std::size_t plan_bytes = msa::cuda::attention_workspace_bytes(meta, shape);
+  const std::size_t plan_bytes = msa::cuda::attention_workspace_bytes(meta, attention);
   const std::size_t index_bytes = msa::cuda::index_workspace_bytes(T, H, max_blocks);
   void* plan_ws = device_alloc<char>(plan_bytes);
   void* index_ws = device_alloc<char>(index_bytes);
-  const msa::cuda::AttentionPlan plan = msa::cuda::plan_attention(meta, shape, plan_ws, plan_bytes, stream);
+  const msa::cuda::AttentionPlan plan = msa::cuda::plan_attention(meta, attention, {plan_ws, plan_bytes}, stream);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   msa::cuda::insert_kv(cache, {k, v, msa::DType::bf16, slots, T}, stream);
   msa::cuda::insert_index(index_cache, {index_k, msa::DType::bf16, slots, T}, stream);
-  msa::cuda::index(step, index, max_blocks, index_ws, index_bytes, stream);
+  msa::cuda::index(step, index, max_blocks, {index_ws, index_bytes}, stream);
   msa::cuda::attend(plan, step, attention, stream);
   cuda_ok(cudaStreamEndCapture(stream, &graph));
   cuda_ok(cudaGraphInstantiate(&exec, graph, 0));

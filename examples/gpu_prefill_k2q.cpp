@@ -2,7 +2,7 @@
 // of 8,192 tokens is prefilled in four chunks of 2,048; each chunk is one
 // engine step: insert its K, V and index keys, index (every token selects 16
 // blocks of the request up to its own position), attend. Key-major order
-// (AttentionShape::prefill_order) inverts the top-k lists into the k2q plan
+// (AttentionTuning::prefill_order) inverts the top-k lists into the k2q plan
 // (per KV head and block, the tokens that selected it), so that each block is
 // loaded once for all of them. The example also builds that plan with
 // cuda::build_k2q to show how many tokens share each block, and checks the last
@@ -60,11 +60,11 @@ int main() try {
                                      .cache = cache, .block_table = device_table};
 
   // Workspaces for the longest need of any chunk: attention plan, block scores, k2q plan.
-  const msa::cuda::AttentionShape shape{.num_q_heads = QH, .num_kv_heads = H, .topk = K,
-                                        .prefill_order = msa::cuda::PrefillOrder::key_major};
+  msa::cuda::AttentionTuning key_major;
+  key_major.prefill_order = msa::cuda::PrefillOrder::key_major;
   std::size_t plan_bytes = 0;
   for (std::int32_t c = 0; c < prompt / T; ++c)
-    plan_bytes = std::max(plan_bytes, msa::cuda::attention_workspace_bytes(meta_of(c), shape));
+    plan_bytes = std::max(plan_bytes, msa::cuda::attention_workspace_bytes(meta_of(c), attention, key_major));
   const std::size_t index_bytes = msa::cuda::index_workspace_bytes(T, H, pages);
   const std::size_t k2q_bytes = msa::cuda::k2q_workspace_bytes(T, 1, H, K, pages);
   void *plan_ws = device_alloc<char>(plan_bytes), *index_ws = device_alloc<char>(index_bytes);
@@ -81,10 +81,10 @@ int main() try {
     for (bf16* x : {k, v, index_q}) upload(x, random_bf16(T * H * D));
     upload(index_k, random_bf16(T * D));
     // The plan depends on the chunk's lengths: one per step, before its run.
-    const msa::cuda::AttentionPlan plan = msa::cuda::plan_attention(meta, shape, plan_ws, plan_bytes, nullptr);
+    const msa::cuda::AttentionPlan plan = msa::cuda::plan_attention(meta, attention, {plan_ws, plan_bytes}, nullptr, key_major);
     msa::cuda::insert_kv(cache, {k, v, msa::DType::bf16, slots, T}, nullptr);
     msa::cuda::insert_index(index_cache, {index_k, msa::DType::bf16, slots, T}, nullptr);
-    msa::cuda::index(step, index, pages, index_ws, index_bytes, nullptr);
+    msa::cuda::index(step, index, pages, {index_ws, index_bytes}, nullptr);
     msa::cuda::attend(plan, step, attention, nullptr);
     const std::int32_t rows = meta.num_blocks(0);  // k2q rows per KV head: the request's blocks
     msa::cuda::build_k2q(step, index.out, H, rows, k2q, k2q_ws, k2q_bytes, nullptr);

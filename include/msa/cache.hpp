@@ -64,9 +64,11 @@ inline constexpr std::int64_t kDataBytes = 64;    // per token: 128 e2m1 codes
 inline constexpr std::int64_t kScaleBytes = 8;    // per token: 8 e4m3 group scales
 inline constexpr std::int64_t kSlotBytes = kBlockSize * (kDataBytes + kScaleBytes);  // 9216
 inline constexpr int kGroup = 16;
-// Byte offset of the slot (page, head, is_v) from the cache base.
-MSA_HD std::int64_t slot_offset(const KVCacheView& c, std::int64_t page, std::int64_t head, int is_v) {
-  return page * c.page_stride + (2 * head + is_v) * kSlotBytes;
+// Byte offset of the slot (page, head, is_v) from the cache base; 2 head +
+// is_v is computed in the head's own integer type (kernels pass 32-bit heads).
+template <class Head>
+MSA_HD std::int64_t slot_offset(const KVCacheView& c, std::int64_t page, Head head, int is_v) {
+  return page * c.page_stride + std::int64_t(2 * head + is_v) * kSlotBytes;
 }
 // Byte offset of data byte i (elements 2i, 2i+1) of a token inside its slot.
 MSA_HD std::int64_t data_offset(std::int64_t token, std::int64_t i) { return token * kDataBytes + i; }
@@ -136,7 +138,8 @@ struct BlockTable {
   std::int32_t max_blocks = 0;         // columns in use per row
   std::int64_t row_stride = 0;         // elements between rows
 
-  MSA_HD std::int32_t at(std::int64_t r, std::int64_t b) const { return data[r * row_stride + b]; }
+  MSA_HD const std::int32_t* row(std::int64_t r) const { return data + r * row_stride; }
+  MSA_HD std::int32_t at(std::int64_t r, std::int64_t b) const { return row(r)[b]; }
 };
 
 }  // namespace msa

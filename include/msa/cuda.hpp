@@ -11,15 +11,26 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "msa/batch.hpp"
 #include "msa/cache.hpp"
+#include "msa/cuda_schedule.hpp"
 #include "msa/ops.hpp"
 #include "msa/pre_attention.hpp"
 
 namespace msa::cuda {
 
 using Stream = void*;
+
+// Caller-owned device scratch. Every GPU operation that needs scratch says how
+// many bytes with its *_workspace_bytes function and takes them as a
+// Workspace after its arguments; none allocates. 16-byte aligned (cudaMalloc's
+// 256-byte alignment is enough).
+struct Workspace {
+  void* data = nullptr;  // device memory
+  std::size_t bytes = 0;
+};
 
 // Usable CUDA devices; 0 when there is no driver or device (never throws).
 int device_count();
@@ -36,6 +47,16 @@ struct DeviceCheck {
 void reset_check(const DeviceCheck& check, Stream stream);
 // Throws msa::Error describing the first recorded bad entry, if any.
 void read_check(const DeviceCheck& check, Stream stream);
+
+// ---- the step on the device -------------------------------------------------------
+// The kernels read a step's arrays (query_start, seq_lens, token_request) from
+// device memory: upload_step copies a BatchMetadata's into a workspace of
+// step_workspace_bytes() and returns the StepView over them. The copies are
+// enqueued on `stream` from the host vectors (staged before the call returns,
+// so `meta` may change afterwards); not for graph capture: upload each step
+// before replaying its graph, into the same workspace.
+std::size_t step_workspace_bytes(const BatchMetadata& meta);
+StepView upload_step(const BatchMetadata& meta, const Workspace& workspace, Stream stream);
 
 // ---- insert --------------------------------------------------------------------
 void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, Stream stream,
@@ -63,8 +84,8 @@ std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_h
 // where not eligible), so tests can feed the very same scores to the CPU
 // selection. index_q, the index cache base and its page stride in bytes must be
 // 16-byte aligned.
-void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, void* workspace,
-           std::size_t workspace_bytes, Stream stream, const DeviceCheck& check = {});
+void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, const Workspace& workspace,
+           Stream stream, const DeviceCheck& check = {});
 // Selection alone, from given scores [num_tokens, num_kv_heads, max_blocks].
 void select_topk(const StepView& step, const float* scores, std::int32_t max_blocks,
                  const IndexerArgs& args, Stream stream);
@@ -96,111 +117,46 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
                const DeviceCheck& check = {});
 
 // ---- sparse attention ----------------------------------------------------------
-// How the prefill rows of a step run when they run as token tiles on a bf16 /
-// fp16 cache and the step has no decode rows (otherwise always query-major).
-// Measured on the H200 (bench/RESULTS.md, 16K-token chunks): key-major is
-// 1.1-1.6x faster than the token tiles when neighbouring tokens select
-// unrelated blocks, and slower when they share them (what models produce).
-enum class PrefillOrder : std::int32_t {
-  query_major = 0,  // token tiles: T consecutive tokens and the union of their blocks
-  key_major = 1,    // work items of one block and the tokens that selected it (the k2q plan), then a merge
-  automatic = 2,    // steps of >= 8192 tokens build the k2q plan and the device picks per step
-};
+// plan_attention turns the step's metadata, the problem (read from the
+// arguments' plain fields) and the tuning into a schedule (msa/cuda_schedule.hpp):
+// which kernel runs each class of rows, how rows and tiles split, whether an
+// fp8 / nvfp4 step widens its blocks ahead, and where each piece lives in the
+// caller's workspace. attend() runs that schedule as it is.
 
-// What a plan depends on. A captured decode graph stays valid while these and
-// the token count stay the same.
-struct AttentionShape {
-  std::int32_t num_q_heads = 0;
-  std::int32_t num_kv_heads = 0;
-  std::int32_t topk = 16;
-  DType q_dtype = DType::bf16;
-  DType kv_dtype = DType::bf16;
-  DType out_dtype = DType::bf16;
-  PrefillOrder prefill_order = PrefillOrder::query_major;
-  // Split-K factor of the decode / verify rows: 0 lets the plan choose (the
-  // default); 1-16 forces it (tuning and experiments).
-  std::int32_t decode_splits = 0;
-  // Ways each prefill token tile's block union is split when the tiles run on
-  // the persistent wgmma kernel (bf16 / fp16 caches, query-major): 0 lets the
-  // plan choose (the default: steps with few tiles split every tile, steps of
-  // one or two full rounds only the tiles of a last round at most half full);
-  // 1-4 forces that many ways on every tile.
-  std::int32_t tile_splits = 0;
-  // fp8 caches: their scales are per (token, KV head) (KVCacheView k_scales /
-  // v_scales) rather than per tensor. The row kernel then keeps the output's
-  // MMA type, where it converts codes with more instructions, and the plan
-  // splits decode rows as for nvfp4, and a prefill step's widened blocks
-  // (widen_bytes) carry the blocks' scales. Any value gives correct results
-  // (a per-token cache under a plan made without it widens on the fly).
-  bool kv_token_scales = false;
-  // fp8 / nvfp4 caches, prefill rows on the wgmma token tiles: the blocks the
-  // step's tokens select are first widened into the workspace (bf16 / fp16,
-  // once per (request, block, KV head): 64 KiB each, plus 1 KiB of scales with
-  // kv_token_scales, which the tiles apply to fp32 scores and probabilities),
-  // and the tiles run on the bf16 / fp16 kernel over them, instead of
-  // widening each block in every tile that reads it. At most this many bytes
-  // of widened blocks: -1 (the default) 1 GiB, 0 never. A step that may
-  // select more blocks than fit (sum over prefill requests of min(blocks,
-  // query_len x topk) x KV heads) counts them on the device and widens on the
-  // fly when they do not fit.
-  std::int64_t widen_bytes = -1;
-};
-
-// A plan: plain values and pointers into the caller's workspace.
+// A plan: its schedule and the caller's workspace.
 struct AttentionPlan {
-  AttentionShape shape;
-  std::int32_t num_tokens = 0;
-  std::int32_t num_decode_tokens = 0;
-  std::int32_t decode_splits = 1;   // split-K factor over the selected blocks for decode rows
-  std::int32_t prefill_splits = 1;  // the same for prefill rows
-  void* workspace = nullptr;        // caller-owned device memory
-  std::size_t workspace_bytes = 0;
-  // fp32 partials of split rows (layout: src/cuda/attention/heuristics.hpp). They
-  // cover the tokens of the classes that split, from token 0; the workspace also
-  // holds per-row counters that plan_attention zeroes (a cudaMemsetAsync on its
-  // stream) and the last split of a row resets, so plan and attend must be
-  // ordered on one stream and two concurrent attends must not share a workspace.
-  float* partial_out = nullptr;     // [partial_tokens, num_q_heads, max_splits, 128] fp32
-  float* partial_lse = nullptr;     // [partial_tokens, num_q_heads, max_splits]
-  // > 0: the step may run key-major (shape.prefill_order; a prefill-only step
-  // on a bf16 / fp16 cache): the rows per KV head of its k2q plan,
-  // sum over requests of ceil(seq_len / 128). The workspace then also holds the
-  // k2q plan, the work items and 16-bit partials [num_tokens, num_q_heads, topk,
-  // 128], and the device picks key-major or token tiles on each attend. Such a
-  // plan depends on the requests' sequence lengths too (their block count).
-  std::int64_t key_major_rows = 0;
-  // > 1: prefill token tiles numbered from tile_split_from on (tile-major, KV
-  // head fastest; 0: every tile) run as tile_splits work items each (a share
-  // of the tile's blocks), writing 16-bit partials [num_tokens, num_q_heads,
-  // tile_splits, 128] and their lse [num_tokens, num_q_heads, tile_splits] in
-  // the workspace, merged per row by attend(). 1: no split (always with
-  // key_major_rows > 0, and for caches that do not run the persistent tiles).
-  std::int32_t tile_splits = 1;
-  std::int64_t tile_split_from = 0;
-  void* tile_partial_out = nullptr;
-  float* tile_partial_lse = nullptr;
-  // > 0: the step's fp8 / nvfp4 prefill tiles read blocks widened ahead
-  // (AttentionShape::widen_bytes) from room for this many (block, KV head)
-  // pages in the workspace, at widen_offset; widen_gated: the step may select
-  // more, and the device then widens on the fly. The plan then depends on the
-  // requests' sequence and query lengths too, and on which come first.
-  std::int64_t widen_pages = 0;
-  bool widen_gated = false;
-  std::int32_t widen_first_request = 0;  // the step's first prefill request
-  std::int32_t widen_requests = 0;       // its prefill requests
-  std::int32_t widen_block_cap = 0;      // blocks of its longest prefill request
-  std::size_t widen_offset = 0;          // bytes from the workspace's start
+  AttentionSchedule schedule;
+  Workspace workspace;
+
+  // Whether this plan still serves a step: the same problem and the schedule
+  // plan_attention would make for `meta` now (on this device, with this
+  // plan's tuning), within this workspace; else `why` says what differs. A
+  // decode-only schedule depends only on the problem, the tuning and the
+  // token counts; one with prefill rows also on the request count, and when it
+  // may run key-major or widens its blocks, on the requests' query and
+  // sequence lengths. While this holds, a captured graph of attend() may be
+  // replayed with new top-k lists, sequence lengths, block tables, queries and
+  // cache contents (the device reads all of them on every replay).
+  bool valid_for(const BatchMetadata& meta, const AttentionArgs& args, std::string* why = nullptr) const;
 };
 
-// Device bytes the plan for this step needs.
-std::size_t attention_workspace_bytes(const BatchMetadata& meta, const AttentionShape& shape);
-// Chooses split counts (a pure host heuristic) and lays out the workspace.
-// Throws msa::Error if the workspace is too small or the shape is unsupported.
-AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionShape& shape, void* workspace,
-                             std::size_t workspace_bytes, Stream stream);
-// Runs the attention of every token of the step. Allocates nothing, never
-// synchronizes the host; safe to capture in a CUDA graph.
-void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args,
-            Stream stream, const DeviceCheck& check = {});
+// Bytes of workspace the plan for this step needs. Only the plain fields of
+// `args` are read (num_q_heads, topk.topk, q_dtype, out_dtype, cache.dtype,
+// cache.num_kv_heads and cache.scale_mode); its pointers may be null.
+std::size_t attention_workspace_bytes(const BatchMetadata& meta, const AttentionArgs& args,
+                                      const AttentionTuning& tuning = {});
+// Makes the schedule, lays out the workspace and enqueues the zeroing of its
+// split counters on `stream` (plan and attend must be ordered on one stream,
+// and two concurrent attends must not share a workspace). Throws msa::Error
+// naming the field when the problem is unsupported, the tuning out of range
+// or the workspace too small.
+AttentionPlan plan_attention(const BatchMetadata& meta, const AttentionArgs& args, const Workspace& workspace,
+                             Stream stream, const AttentionTuning& tuning = {});
+// Runs the attention of every token of the step as the plan says. Allocates
+// nothing, never synchronizes the host; safe to capture in a CUDA graph.
+// Throws msa::Error when the step or the arguments are not those of the plan
+// (AttentionPlan::valid_for) or are malformed.
+void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs& args, Stream stream,
+            const DeviceCheck& check = {});
 
 }  // namespace msa::cuda

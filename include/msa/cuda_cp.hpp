@@ -117,13 +117,15 @@ struct LayerPlan {
 };
 
 // Device bytes of a rank's layer workspace (the attention plan's included).
-std::size_t layer_workspace_bytes(const BatchMetadata& meta, const SelectShape& select,
-                                  const AttentionShape& shape, std::int32_t num_ranks);
+// `args` says the attention problem as for attention_workspace_bytes (its
+// pointers may be null); its cache is this rank's.
+std::size_t layer_workspace_bytes(const BatchMetadata& meta, const SelectShape& select, const AttentionArgs& args,
+                                  std::int32_t num_ranks, const AttentionTuning& tuning = {});
 // Lays out the workspace and plans this rank's attention (plan_attention).
 // Throws msa::Error on a bad group, shapes that disagree, or a short workspace.
 LayerPlan plan_layer(const Group& group, const BatchMetadata& meta, const SelectShape& select,
-                     const AttentionShape& shape, void* workspace, std::size_t workspace_bytes,
-                     Stream stream);
+                     const AttentionArgs& args, const Workspace& workspace, Stream stream,
+                     const AttentionTuning& tuning = {});
 
 // 1. This rank's candidates into its slice of plan.candidates.
 //   scores: [num_tokens, num_kv_heads, max_blocks], this rank's indexer scores

@@ -1,5 +1,5 @@
 // Key-major (k2q) sparse attention on the CPU: the reference of the planned GPU
-// key-major prefill (docs/PREFILL_PLAN.md). Same result as cpu::attend, computed
+// key-major prefill (docs/DESIGN.md). Same result as cpu::attend, computed
 // the other way round:
 //   pass 1: for every plan row (KV head h, request r, block b) the block's K/V is
 //           converted once and serves every edge (token t, slot k) of the row:

@@ -14,7 +14,7 @@ from ._arrays import stream_of
 
 @dataclass
 class AttentionShape:
-    """What a plan depends on (msa::cuda::AttentionShape); a captured decode graph stays valid
+    """What a plan depends on (the problem and msa::cuda::AttentionTuning); a captured decode graph stays valid
     while these and the step's token count stay the same."""
 
     num_q_heads: int

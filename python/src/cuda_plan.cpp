@@ -18,39 +18,48 @@ cuda::PrefillOrder parse_prefill_order(const std::string& name) {
   fail("prefill_order = '", name, "' is not one of query_major, key_major, auto");
 }
 
-// msa::cuda::AttentionShape from a dict of its fields by name (msa.AttentionShape
-// in Python); absent fields keep the struct's defaults, unknown names are refused.
-cuda::AttentionShape make_shape(const nb::dict& fields) {
-  cuda::AttentionShape s;
+// The problem (an AttentionArgs whose plain fields say it) and the tuning of a
+// plan, from a dict of fields by name (msa.AttentionShape in Python); absent
+// fields keep their defaults (bf16 everywhere, top-k 16), unknown names are refused.
+struct Shape {
+  AttentionArgs problem;
+  cuda::AttentionTuning tuning;
+};
+Shape make_shape(const nb::dict& fields) {
+  Shape s;
+  s.problem.topk.topk = 16;
+  bool token_scales = false;
   for (const auto& [key, value] : fields) {
     const std::string name = nb::cast<std::string>(key);
-    if (name == "num_q_heads") s.num_q_heads = nb::cast<std::int32_t>(value);
-    else if (name == "num_kv_heads") s.num_kv_heads = nb::cast<std::int32_t>(value);
-    else if (name == "topk") s.topk = nb::cast<std::int32_t>(value);
-    else if (name == "q_dtype") s.q_dtype = parse_dtype(nb::cast<std::string>(value), "q_dtype");
-    else if (name == "kv_dtype") s.kv_dtype = parse_dtype(nb::cast<std::string>(value), "kv_dtype");
-    else if (name == "out_dtype") s.out_dtype = parse_dtype(nb::cast<std::string>(value), "out_dtype");
-    else if (name == "prefill_order") s.prefill_order = parse_prefill_order(nb::cast<std::string>(value));
-    else if (name == "decode_splits") s.decode_splits = nb::cast<std::int32_t>(value);
-    else if (name == "tile_splits") s.tile_splits = nb::cast<std::int32_t>(value);
-    else if (name == "kv_token_scales") s.kv_token_scales = nb::cast<bool>(value);
-    else if (name == "widen_bytes") s.widen_bytes = nb::cast<std::int64_t>(value);
+    if (name == "num_q_heads") s.problem.num_q_heads = nb::cast<std::int32_t>(value);
+    else if (name == "num_kv_heads") s.problem.cache.num_kv_heads = nb::cast<std::int32_t>(value);
+    else if (name == "topk") s.problem.topk.topk = nb::cast<std::int32_t>(value);
+    else if (name == "q_dtype") s.problem.q_dtype = parse_dtype(nb::cast<std::string>(value), "q_dtype");
+    else if (name == "kv_dtype") s.problem.cache.dtype = parse_dtype(nb::cast<std::string>(value), "kv_dtype");
+    else if (name == "out_dtype") s.problem.out_dtype = parse_dtype(nb::cast<std::string>(value), "out_dtype");
+    else if (name == "prefill_order") s.tuning.prefill_order = parse_prefill_order(nb::cast<std::string>(value));
+    else if (name == "decode_splits") s.tuning.decode_splits = nb::cast<std::int32_t>(value);
+    else if (name == "tile_splits") s.tuning.tile_splits = nb::cast<std::int32_t>(value);
+    else if (name == "kv_token_scales") token_scales = nb::cast<bool>(value);
+    else if (name == "widen_bytes") s.tuning.widen_bytes = nb::cast<std::int64_t>(value);
     else fail("attention shape: no field '", name, "'");
   }
+  s.problem.cache.scale_mode = token_scales ? ScaleMode::per_token_head : ScaleMode::per_tensor;
   return s;
 }
 
 nb::dict plan_info(const Array& blob) {
   const cuda::AttentionPlan p = read_plan(blob);
+  const cuda::AttentionSchedule& s = p.schedule;
   nb::dict d;
-  d["num_tokens"] = p.num_tokens;
-  d["num_decode_tokens"] = p.num_decode_tokens;
-  d["decode_splits"] = p.decode_splits;
-  d["prefill_splits"] = p.prefill_splits;
-  d["workspace_bytes"] = p.workspace_bytes;
-  d["key_major_rows"] = p.key_major_rows;
-  d["tile_splits"] = p.tile_splits;
-  d["widen_pages"] = p.widen_pages;
+  d["num_tokens"] = s.num_tokens;
+  d["num_decode_tokens"] = s.num_decode_tokens;
+  d["decode_splits"] = s.decode_splits;
+  d["prefill_splits"] = s.prefill_splits;
+  d["workspace_bytes"] = p.workspace.bytes;
+  d["key_major_rows"] = s.key_major_rows;
+  d["tile_splits"] = s.tile_splits;
+  d["widen_pages"] = s.widen_pages;
   return d;
 }
 
@@ -62,7 +71,8 @@ void bind_plan(nb::module_& m) {
   m.def(
       "attention_workspace_bytes",
       [](const BatchMetadata& meta, const nb::dict& shape) {
-        return cuda::attention_workspace_bytes(meta, make_shape(shape));
+        const Shape s = make_shape(shape);
+        return cuda::attention_workspace_bytes(meta, s.problem, s.tuning);
       },
       "meta"_a, "shape"_a, "Device bytes the attention plan of this step needs.");
   m.def(
@@ -72,9 +82,11 @@ void bind_plan(nb::module_& m) {
         Placement where;
         where.add(workspace, "workspace");
         MSA_CHECK(where.cuda(), "workspace: the attention workspace must be CUDA device memory");
-        const cuda::AttentionShape s = make_shape(shape);
+        const Shape s = make_shape(shape);
         DeviceGuard guard(where.device());
-        write_plan(cuda::plan_attention(meta, s, data_of(workspace), workspace.nbytes(), stream_ptr(stream)), plan);
+        write_plan(cuda::plan_attention(meta, s.problem, {data_of(workspace), workspace.nbytes()}, stream_ptr(stream),
+                                        s.tuning),
+                   plan);
       },
       "meta"_a, "shape"_a, "workspace"_a, "plan"_a, nb::kw_only(), "stream"_a = 0,
       "Plans the attention of this step into `workspace` (device, at least attention_workspace_bytes) and "

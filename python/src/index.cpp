@@ -48,7 +48,7 @@ void index(const StepArgs& s, const Array& index_q, const Array& index_cache, co
     }
     const cuda::DeviceCheck dc = device_check(check, where);
     DeviceGuard guard(where.device());
-    cuda::index(step, args, max_blocks, ws, ws_bytes, stream_ptr(stream), dc);
+    cuda::index(step, args, max_blocks, {ws, ws_bytes}, stream_ptr(stream), dc);
 #else
     (void)max_blocks, (void)workspace, (void)stream, (void)check;
     require_cuda_build("index");

@@ -1,6 +1,6 @@
 // GPU tests of the key-major prefill (key_major.hpp: the k2q plan, work items
 // of one block and up to T tokens, partials, their merge): forced on
-// (key_major_override = 2) over bf16 / fp16 caches, every GQA group whose
+// (PrefillOrder::key_major) over bf16 / fp16 caches, every GQA group whose
 // tiles are 128 rows, top-k 8 / 16 / 64, clustered and random selections,
 // shuffled entries, odd chunk lengths and causal edges, other cache layouts,
 // more items than SMs; the device's own choice between key-major and token
@@ -96,32 +96,34 @@ std::vector<Case> key_major_cases() {
   return v;
 }
 
-class CudaAttentionKeyMajor : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override { msa::cuda::attention::key_major_override = 2; }
-  void TearDown() override { msa::cuda::attention::key_major_override = 0; }
-};
+// The tuning that runs a step key-major whatever its size.
+msa::cuda::AttentionTuning key_major_always() {
+  msa::cuda::AttentionTuning t;
+  t.prefill_order = msa::cuda::PrefillOrder::key_major;
+  return t;
+}
+
+class CudaAttentionKeyMajor : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaAttentionKeyMajor, MatchesOracleAndCpu) {
   MSA_SKIP_WITHOUT_GPU();
   if (msa::test::sanitizer_mode() && !GetParam().small) GTEST_SKIP() << "large case";
-  run_case(GetParam());
+  run_case(GetParam(), key_major_always());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionKeyMajor, ::testing::ValuesIn(key_major_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
-// The device's choice (override 3: key-major possible at any size, the
-// device choosing as it does for large steps): random selections, whose
+// The device's choice (the automatic order from any size on, the device
+// choosing as it does for large steps): random selections, whose
 // tiles load a union of ~90 blocks for 8 tokens here, run key-major;
 // clustered ones run as token tiles. Both match.
 TEST(CudaAttentionKeyMajorChoice, RandomRunsKeyMajorClusteredRunsTiles) {
   MSA_SKIP_WITHOUT_GPU();
   if (msa::test::sanitizer_mode()) GTEST_SKIP() << "large case";
-  struct Choosing {
-    Choosing() { msa::cuda::attention::key_major_override = 3; }
-    ~Choosing() { msa::cuda::attention::key_major_override = 0; }
-  } choosing;
+  msa::cuda::AttentionTuning choosing;
+  choosing.prefill_order = msa::cuda::PrefillOrder::automatic;
+  choosing.key_major_min_tokens = 0;
   for (bool clustered : {false, true}) {
     Case c = named(clustered ? "km_choice_clustered" : "km_choice_random");
     c.seed = clustered ? 7101 : 7102;
@@ -129,7 +131,7 @@ TEST(CudaAttentionKeyMajorChoice, RandomRunsKeyMajorClusteredRunsTiles) {
     c.force_tiles = true;
     c.expect_key_major = clustered ? 0 : 1;
     c.requests = std::vector<RequestShape>{{1100, 20000}, {300, 0}};
-    run_case(c);
+    run_case(c, choosing);
   }
 }
 
@@ -138,10 +140,6 @@ TEST(CudaAttentionKeyMajorChoice, RandomRunsKeyMajorClusteredRunsTiles) {
 // is skipped (for every token that selected the block) and recorded.
 TEST(CudaAttentionKeyMajorChoice, SkipsAndRecordsBadIndices) {
   MSA_SKIP_WITHOUT_GPU();
-  struct Forced {  // key-major on for this test only, whatever fails
-    Forced() { msa::cuda::attention::key_major_override = 2; }
-    ~Forced() { msa::cuda::attention::key_major_override = 0; }
-  } forced;
   Case c = named("km_bad_indices");
   c.seed = 717;
   c.requests = std::vector<RequestShape>{{40, 900}, {19, 0}};
@@ -151,11 +149,11 @@ TEST(CudaAttentionKeyMajorChoice, SkipsAndRecordsBadIndices) {
   const auto good = clustered_topk(meta, c.kv_heads, c.topk, c.seed, false);
   // Attends key-major, returns what the device check recorded.
   auto attend = [&](DeviceInputs& d) {
-    Planned p = make_tiles_plan(meta, d.shape);
+    Planned p = make_tiles_plan(meta, d.args, key_major_always());
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();
-    expect_ran_key_major(p.plan, meta, c.q_heads / c.kv_heads, c.topk);
+    expect_ran_key_major(p.plan);
     return check.message();
   };
   {

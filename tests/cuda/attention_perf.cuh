@@ -29,10 +29,11 @@ struct PerfResult {
 // A synthetic step on a bf16 HND cache filled on the device: `seq_lens` per
 // request, `query_lens` new tokens each, random valid top-k (clustered: as
 // clustered_topk, neighbouring tokens sharing most blocks); the heuristic's
-// plan or forced split factors.
+// plan or forced split factors, under `tuning`.
 PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::vector<std::int32_t>& seq_lens,
                        int q_heads, int kv_heads, int topk, int decode_threshold, bool clustered = false,
-                       std::optional<msa::cuda::attention::Splits> forced = std::nullopt) {
+                       std::optional<msa::cuda::attention::Splits> forced = std::nullopt,
+                       const msa::cuda::AttentionTuning& tuning = {}) {
   msa::BatchSpec spec{query_lens, seq_lens, decode_threshold};
   const BatchMetadata meta = msa::build_metadata(spec);
   std::int64_t pages = 0;
@@ -74,8 +75,7 @@ PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::v
   a.topk = msa::TopkView::token_major(d_topk.data(), kv_heads, topk);
   a.cache = msa::make_cache_view(DType::bf16, cache.data(), pages, kv_heads, Layout::hnd);
   a.block_table = msa::BlockTable{d_table.data(), meta.num_requests, max_blocks, max_blocks};
-  msa::cuda::AttentionShape shape{q_heads, kv_heads, topk, DType::bf16, DType::bf16, DType::bf16};
-  Planned p = make_plan(meta, shape, forced);
+  Planned p = make_plan(meta, a, tuning, forced);
 
   auto layer = [&](int i) {
     AttentionArgs l = a;
@@ -125,12 +125,12 @@ PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::v
   MSA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   res.us = timed([&] { MSA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
-  const bool tiles = meta.num_tokens > meta.num_decode_tokens &&
-                     msa::cuda::attention::use_token_tiles(q_heads / kv_heads, topk, p.plan.prefill_splits);
+  const msa::cuda::AttentionSchedule& sched = p.plan.schedule;
+  const bool tiles = sched.tiles > 0;
   std::printf("[attention-perf] tokens %d (decode %d) heads %d/%d topk %d splits %d/%d%s%s %s layers %d: graph "
               "%.1f us (stream %.1f us), %.0f GB/s of K/V, %.1f TFLOP/s\n",
-              meta.num_tokens, meta.num_decode_tokens, q_heads, kv_heads, topk, p.plan.decode_splits,
-              p.plan.prefill_splits, forced ? " (forced)" : "", tiles ? " tiles" : "",
+              meta.num_tokens, meta.num_decode_tokens, q_heads, kv_heads, topk, sched.decode_splits,
+              sched.prefill_splits, forced ? " (forced)" : "", tiles ? " tiles" : "",
               clustered ? "clustered" : "random",
               layers, res.us,
               stream_us, res.kv_bytes / res.us * 1e-3, res.flops / res.us * 1e-6);

@@ -22,9 +22,8 @@
 
 #include "cache_reader.hpp"
 #include "compare.hpp"
-#include "cuda/attention/heuristics.hpp"
-#include "cuda/attention/key_major.hpp"
-#include "cuda/attention/widen_layout.hpp"
+#include "cuda/attention/host/heuristics.hpp"
+#include "cuda/attention/widen/choice.hpp"
 #include "gpu_test_util.hpp"
 #include "msa/cpu.hpp"
 #include "msa/cuda.hpp"
@@ -66,7 +65,7 @@ struct Case {
   float score_gain = 1.0f;             // the softmax scale times this: sharp rows, whose max jumps between blocks
   int q_exponent = 0;                  // bf16 queries times 2^q_exponent, the softmax scale divided by it (same scores)
   int expect_key_major = -1;           // 1: the device must run key-major, 0: the token tiles, -1: either
-  std::int64_t widen_bytes = -1;       // AttentionShape::widen_bytes (fp8 / nvfp4 tiles)
+  std::int64_t widen_bytes = -1;       // AttentionTuning::widen_bytes (fp8 / nvfp4 tiles)
   // Set: widen_bytes is room for the pages the step selects plus this many
   // (0: exactly enough, -1: one page short), and the plan must be gated.
   std::optional<int> widen_spare_pages;
@@ -308,7 +307,7 @@ struct DeviceInputs {
   DeviceBuffer<float> lse;
   msa::test::DeviceStep step;
   AttentionArgs args;
-  msa::cuda::AttentionShape shape;
+  msa::cuda::AttentionTuning tuning;
 
   DeviceInputs(Workload& w, const BatchMetadata& meta, const std::vector<std::int32_t>& topk_rows)
       : kv(w.kv_bytes),
@@ -329,76 +328,42 @@ struct DeviceInputs {
     args.topk.data = topk.data();
     args.cache = w.kv_view_at(kv.data(), k_scales.data(), v_scales.data());
     args.block_table = w.table_at(table.data());
-    shape.num_q_heads = w.model().num_q_heads;
-    shape.num_kv_heads = w.model().num_kv_heads;
-    shape.topk = w.model().topk;
-    shape.q_dtype = args.q_dtype;
-    shape.kv_dtype = args.cache.dtype;
-    shape.out_dtype = args.out_dtype;
-    shape.kv_token_scales = args.cache.scale_mode == msa::ScaleMode::per_token_head;
   }
 
   Result result() const { return read_result(out.download(), args.out_dtype, lse.download()); }
 };
 
-// Workspace and plan; forced split factors when given (else the heuristic's).
+// Workspace and plan of the problem `args` states; forced split factors when
+// given (else the heuristic's), through the tuning.
 struct Planned {
   DeviceBuffer<std::uint8_t> workspace;
   msa::cuda::AttentionPlan plan;
 };
-Planned make_plan(const BatchMetadata& meta, const msa::cuda::AttentionShape& shape,
+Planned make_plan(const BatchMetadata& meta, const AttentionArgs& args, msa::cuda::AttentionTuning tuning = {},
                   std::optional<msa::cuda::attention::Splits> forced = std::nullopt) {
+  if (forced) {
+    tuning.decode_splits = forced->decode;
+    tuning.prefill_splits = forced->prefill;
+  }
   Planned p;
-  if (!forced) {
-    const std::size_t bytes = msa::cuda::attention_workspace_bytes(meta, shape);
-    p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(bytes, 1));
-    p.workspace.poison_nan();
-    p.plan = msa::cuda::plan_attention(meta, shape, p.workspace.data(), bytes, nullptr);
-    return p;
-  }
-  const auto layout = msa::cuda::attention::workspace_layout(
-      meta.num_tokens, meta.num_decode_tokens, shape.num_q_heads, shape.num_kv_heads, *forced);
-  // Room for the forced layout and for what plan_attention itself asks.
-  const std::size_t bytes = std::max(layout.bytes, msa::cuda::attention_workspace_bytes(meta, shape));
-  // The split tiles' partials (if the plan splits tiles) go after all of it,
-  // clear of the forced split partials.
-  const auto tiles = msa::cuda::attention::tile_split_layout(bytes, meta.num_tokens, shape.num_q_heads,
-                                                             msa::cuda::attention::kMaxTileSplits);
-  // So do the widened blocks (fp8 / nvfp4 tiles): room for the plan's own
-  // region again from tiles.end, plus its alignment.
-  p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(tiles.end + bytes + 2048, 1));
+  const std::size_t bytes = msa::cuda::attention_workspace_bytes(meta, args, tuning);
+  p.workspace = DeviceBuffer<std::uint8_t>(std::max<std::size_t>(bytes, 1));
   p.workspace.poison_nan();
-  p.plan = msa::cuda::plan_attention(meta, shape, p.workspace.data(), p.workspace.bytes(), nullptr);
-  if (p.plan.widen_pages > 0) {
-    p.plan.widen_offset = tiles.end;
-    const auto widen = msa::cuda::attention::widen_layout(
-        tiles.end, msa::cuda::attention::plan_widen_choice(p.plan), shape.num_kv_heads);
-    EXPECT_LE(widen.end, p.workspace.bytes()) << "the widened blocks do not fit the test's workspace";
-  }
-  p.plan.decode_splits = forced->decode;
-  p.plan.prefill_splits = forced->prefill;
-  if (p.plan.tile_splits > 1) {
-    p.plan.tile_partial_out = p.workspace.data() + tiles.out_offset;
-    p.plan.tile_partial_lse = reinterpret_cast<float*>(p.workspace.data() + tiles.lse_offset);
-  }
-  p.plan.partial_out = reinterpret_cast<float*>(p.workspace.data() + layout.out_offset);
-  p.plan.partial_lse = reinterpret_cast<float*>(p.workspace.data() + layout.lse_offset);
-  // The forced layout's split counters start at 0 (plan_attention zeroed its own).
-  if (layout.bytes > 0)
-    MSA_CUDA_CHECK(cudaMemset(p.workspace.data() + layout.counter_offset, 0, layout.counter_bytes));
+  p.plan = msa::cuda::plan_attention(meta, args, {p.workspace.data(), bytes}, nullptr, tuning);
   return p;
 }
 
 // Plans whose prefill rows run as token tiles: the heuristic's decode split and
 // no prefill split. Fails the test if the shape does not allow tiles.
-Planned make_tiles_plan(const BatchMetadata& meta, const msa::cuda::AttentionShape& shape) {
+Planned make_tiles_plan(const BatchMetadata& meta, const AttentionArgs& args,
+                        const msa::cuda::AttentionTuning& tuning = {}) {
   namespace att = msa::cuda::attention;
-  const int group = shape.num_q_heads / shape.num_kv_heads;
-  EXPECT_TRUE(att::use_token_tiles(group, shape.topk, 1))
-      << "group " << group << " topk " << shape.topk << " cannot run as token tiles";
+  const int group = args.num_q_heads / args.cache.num_kv_heads;
+  EXPECT_TRUE(att::use_token_tiles(group, args.topk.topk, 1))
+      << "group " << group << " topk " << args.topk.topk << " cannot run as token tiles";
   const att::Splits heuristic = att::choose_step_splits(meta.num_tokens, meta.num_decode_tokens,
-                                                        shape.num_kv_heads, shape.topk, 132);
-  return make_plan(meta, shape, att::Splits{heuristic.decode, 1});
+                                                        args.cache.num_kv_heads, args.topk.topk, 132);
+  return make_plan(meta, args, tuning, att::Splits{heuristic.decode, 1});
 }
 
 // Checks got against want and prints one line for the device log.
@@ -414,14 +379,11 @@ void expect_close(const Result& got, const Result& want, const std::string& what
 // The step ran key-major (want) or the token tiles: its plan reserved the
 // key-major data and the device's choice (the key-major gate in the
 // workspace) let the kernel run, or not.
-void expect_ran_key_major(const msa::cuda::AttentionPlan& plan, const BatchMetadata& meta, int group, int topk,
-                          bool want = true) {
-  namespace att = msa::cuda::attention;
-  ASSERT_GT(plan.key_major_rows, 0) << "the plan does not allow key-major";
-  const att::KeyMajorLayout l = att::plan_key_major_layout(plan, meta.num_requests, att::tile_tokens(group, topk));
+void expect_ran_key_major(const msa::cuda::AttentionPlan& plan, bool want = true) {
+  ASSERT_EQ(plan.schedule.prefill, msa::cuda::PrefillKernel::key_major) << "the plan does not allow key-major";
   std::int64_t stats[4] = {};
-  MSA_CUDA_CHECK(cudaMemcpy(stats, static_cast<unsigned char*>(plan.workspace) + l.stats, sizeof(stats),
-                            cudaMemcpyDeviceToHost));
+  MSA_CUDA_CHECK(cudaMemcpy(stats, static_cast<unsigned char*>(plan.workspace.data) + plan.schedule.map.km_stats,
+                            sizeof(stats), cudaMemcpyDeviceToHost));
   std::printf("[attention] key-major: %lld items, %lld tile rounds, gate %lld\n", static_cast<long long>(stats[0]),
               static_cast<long long>(stats[1]), static_cast<long long>(stats[2]));
   EXPECT_EQ(stats[2] > 0, want) << (want ? "the device did not run key-major" : "the device ran key-major");
@@ -463,58 +425,58 @@ Selected selected_blocks(const BatchMetadata& meta, const std::vector<std::int32
 // from the workspace; an ungated step always runs them).
 bool expect_widened(const msa::cuda::AttentionPlan& plan, const BatchMetadata& meta,
                     const std::vector<std::int32_t>& topk, int kv_heads, int topk_count) {
-  namespace att = msa::cuda::attention;
-  const att::WidenLayout l = att::widen_layout(plan.widen_offset, att::plan_widen_choice(plan), kv_heads);
+  const msa::cuda::AttentionSchedule& s = plan.schedule;
   std::int32_t counters[2] = {};
   std::int64_t gates[2] = {};
-  const auto* base = static_cast<const unsigned char*>(plan.workspace);
-  MSA_CUDA_CHECK(cudaMemcpy(counters, base + l.counters_offset, sizeof(counters), cudaMemcpyDeviceToHost));
-  if (plan.widen_gated) MSA_CUDA_CHECK(cudaMemcpy(gates, base + l.gates_offset, sizeof(gates), cudaMemcpyDeviceToHost));
+  const auto* base = static_cast<const unsigned char*>(plan.workspace.data);
+  MSA_CUDA_CHECK(cudaMemcpy(counters, base + s.map.widen_counters, sizeof(counters), cudaMemcpyDeviceToHost));
+  if (s.widen_gated) MSA_CUDA_CHECK(cudaMemcpy(gates, base + s.map.widen_gates, sizeof(gates), cudaMemcpyDeviceToHost));
   const Selected want = selected_blocks(meta, topk, kv_heads, topk_count);
-  const bool ran = !plan.widen_gated || gates[0] > 0;
+  const bool ran = !s.widen_gated || gates[0] > 0;
   std::printf("[attention] widened: %d pages claimed (%d head tiles) of room for %lld (%s), %s\n", counters[0] + 1,
-              counters[1] + 1, static_cast<long long>(plan.widen_pages), plan.widen_gated ? "gated" : "surely fits",
+              counters[1] + 1, static_cast<long long>(s.widen_pages), s.widen_gated ? "gated" : "surely fits",
               ran ? "the widened tiles ran" : "widened on the fly");
   EXPECT_EQ(counters[0] + 1, want.pairs) << "pages claimed";
   EXPECT_EQ(counters[1] + 1, want.triples) << "head tiles claimed";
-  EXPECT_EQ(ran, want.pairs <= plan.widen_pages);
-  if (plan.widen_gated) EXPECT_EQ(gates[0] > 0, gates[1] == 0) << "exactly one kernel runs";
+  EXPECT_EQ(ran, want.pairs <= s.widen_pages);
+  if (s.widen_gated) EXPECT_EQ(gates[0] > 0, gates[1] == 0) << "exactly one kernel runs";
   return ran;
 }
 
-// Runs one case on the GPU and checks it against the oracle and the CPU engine.
-void run_case(const Case& c) {
+// Runs one case on the GPU (under `tuning`) and checks it against the oracle
+// and the CPU engine.
+void run_case(const Case& c, const msa::cuda::AttentionTuning& tuning = {}) {
   SCOPED_TRACE(::testing::Message() << "case " << c.name << ", seed " << c.seed);
   Workload w = make_workload(c);
   const BatchMetadata& meta = w.meta();
   const auto topk = case_topk(c, meta);
 
   DeviceInputs d(w, meta, topk);
-  d.shape.widen_bytes = c.widen_bytes;
+  d.tuning = tuning;
+  d.tuning.widen_bytes = c.widen_bytes;
   if (c.widen_spare_pages) {
     const std::int64_t pages = selected_blocks(meta, topk, c.kv_heads, c.topk).pairs + *c.widen_spare_pages;
     ASSERT_GT(pages, 0) << "a step that selects too few blocks to test";
     namespace att = msa::cuda::attention;
-    d.shape.widen_bytes =
-        pages * c.kv_heads * att::widen_head_bytes(att::widen_scales(c.kv, d.shape.kv_token_scales));
+    const bool token_scales = msa::cuda::AttentionProblem::of(d.args).kv_token_scales;
+    d.tuning.widen_bytes = pages * c.kv_heads * att::widen_head_bytes(att::widen_scales(c.kv, token_scales));
   }
-  Planned p = c.force_tiles ? make_tiles_plan(meta, d.shape) : make_plan(meta, d.shape);
+  Planned p = c.force_tiles ? make_tiles_plan(meta, d.args, d.tuning) : make_plan(meta, d.args, d.tuning);
+  const msa::cuda::AttentionSchedule& s = p.plan.schedule;
   if (c.widen_spare_pages) {
-    ASSERT_GT(p.plan.widen_pages, 0) << "the plan does not widen";
-    if (*c.widen_spare_pages < 0) EXPECT_TRUE(p.plan.widen_gated) << "a room one page short must be gated";
+    ASSERT_GT(s.widen_pages, 0) << "the plan does not widen";
+    if (*c.widen_spare_pages < 0) EXPECT_TRUE(s.widen_gated) << "a room one page short must be gated";
   }
-  const int group = c.q_heads / c.kv_heads;
-  const bool tiles = meta.num_tokens > meta.num_decode_tokens &&
-                     msa::cuda::attention::use_token_tiles(group, c.topk, p.plan.prefill_splits);
-  std::printf("[attention] %s: %d tokens (%d decode), splits decode %d prefill %d, prefill tiles of %d tokens\n",
-              c.name.c_str(), meta.num_tokens, meta.num_decode_tokens, p.plan.decode_splits,
-              p.plan.prefill_splits, tiles ? msa::cuda::attention::tile_tokens(group, c.topk) : 0);
+  std::printf("[attention] %s: %d tokens (%d decode), splits decode %d prefill %d, prefill kernel %d, tiles of %d "
+              "tokens\n",
+              c.name.c_str(), meta.num_tokens, meta.num_decode_tokens, s.decode_splits, s.prefill_splits,
+              static_cast<int>(s.prefill), s.tile_tokens);
   msa::test::CheckBuffer check;
   msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
   msa::test::device_sync();
   EXPECT_EQ(check.message(), "");
-  if (c.expect_key_major >= 0) expect_ran_key_major(p.plan, meta, group, c.topk, c.expect_key_major == 1);
-  if (p.plan.widen_pages > 0) expect_widened(p.plan, meta, topk, c.kv_heads, c.topk);
+  if (c.expect_key_major >= 0) expect_ran_key_major(p.plan, c.expect_key_major == 1);
+  if (s.widen_pages > 0) expect_widened(p.plan, meta, topk, c.kv_heads, c.topk);
   const Result got = d.result();
 
   w.topk = topk;

@@ -210,44 +210,18 @@ INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTiles, ::testing::ValuesIn(tile_cas
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // The same cases on the mma.sync tile kernel (the cases of bf16 / fp16 caches
-// with 128-row tiles run on the wgmma kernel above), with either number of
-// keys per pass over a block.
-class CudaAttentionTilesMmaSync : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override { msa::cuda::attention::wgmma_tiles_override = 1; }
-  void TearDown() override { msa::cuda::attention::wgmma_tiles_override = 0; }
-};
+// with 128-row tiles run on the wgmma kernel above).
+class CudaAttentionTilesMmaSync : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaAttentionTilesMmaSync, MatchesOracleAndCpu) {
   MSA_SKIP_WITHOUT_GPU();
   if (msa::test::sanitizer_mode() && !GetParam().small) GTEST_SKIP() << "large case";
-  run_case(GetParam());
+  msa::cuda::AttentionTuning tuning;
+  tuning.tile_kernel = msa::cuda::TileKernel::mma_sync;
+  run_case(GetParam(), tuning);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTilesMmaSync, ::testing::ValuesIn(tile_cases()),
-                         [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
-
-class CudaAttentionTilesOtherPass : public ::testing::TestWithParam<Case> {
- protected:
-  void SetUp() override {
-    namespace att = msa::cuda::attention;
-    att::tile_pass_keys_override = att::kTilePassKeys == 128 ? 64 : 128;
-    att::wgmma_tiles_override = 1;
-  }
-  void TearDown() override {
-    msa::cuda::attention::tile_pass_keys_override = 0;
-    msa::cuda::attention::wgmma_tiles_override = 0;
-  }
-};
-
-TEST_P(CudaAttentionTilesOtherPass, MatchesOracleAndCpu) {
-  MSA_SKIP_WITHOUT_GPU();
-  if (msa::test::sanitizer_mode() && !GetParam().small) GTEST_SKIP() << "large case";
-  std::printf("[attention] tile pass of %d keys\n", msa::cuda::attention::tile_pass_keys());
-  run_case(GetParam());
-}
-
-INSTANTIATE_TEST_SUITE_P(Cases, CudaAttentionTilesOtherPass, ::testing::ValuesIn(tile_cases()),
                          [](const ::testing::TestParamInfo<Case>& i) { return i.param.name; });
 
 // fp8 / nvfp4 wgmma tiles over blocks widened ahead (per-token fp8 scales
@@ -317,7 +291,7 @@ void tiles_skip_and_record_bad_indices(DType kv) {
     topk[std::size_t(t0 + 9) * c.topk + 0] = 1 << 30;
     topk[std::size_t(t0 + 10) * c.topk + 2] = topk[std::size_t(t0 + 10) * c.topk];
     DeviceInputs d(w, meta, topk);
-    Planned p = make_tiles_plan(meta, d.shape);
+    Planned p = make_tiles_plan(meta, d.args);
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();
@@ -333,7 +307,7 @@ void tiles_skip_and_record_bad_indices(DType kv) {
     const std::int32_t block = good[std::size_t(t0 + 20) * c.topk];  // an early block of the chunk
     MSA_CUDA_CHECK(cudaMemcpy(d.table.data() + 1 * w.table_stride + block, &bad_page, sizeof(bad_page),
                               cudaMemcpyHostToDevice));
-    Planned p = make_tiles_plan(meta, d.shape);
+    Planned p = make_tiles_plan(meta, d.args);
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();
@@ -398,7 +372,7 @@ void rows_without_their_own_block(DType kv) {
       const std::int32_t page = std::int32_t(w.num_pages + 5), block = meta.token_position[0] / 128;
       MSA_CUDA_CHECK(cudaMemcpy(d.table.data() + block, &page, sizeof(page), cudaMemcpyHostToDevice));
     }
-    Planned p = make_tiles_plan(meta, d.shape);
+    Planned p = make_tiles_plan(meta, d.args);
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();

@@ -238,9 +238,9 @@ TEST(CudaAttentionRows, PaddingAndEmptyRows) {
   for (int mode : {0, 1, 2}) {  // the heuristic's plan, forced splits, prefill as token tiles
     const bool forced = mode == 1;
     DeviceInputs d(w, meta, topk);
-    Planned p = mode == 1   ? make_plan(meta, d.shape, msa::cuda::attention::Splits{3, 2})
-                : mode == 2 ? make_tiles_plan(meta, d.shape)
-                            : make_plan(meta, d.shape);
+    Planned p = mode == 1   ? make_plan(meta, d.args, {}, msa::cuda::attention::Splits{3, 2})
+                : mode == 2 ? make_tiles_plan(meta, d.args)
+                            : make_plan(meta, d.args, d.tuning);
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();
@@ -279,7 +279,7 @@ TEST(CudaAttentionRows, BadIndicesAreSkippedAndRecorded) {
     topk[std::size_t(2) * c.topk + 0] = 1 << 30;
     topk[std::size_t(0) * c.topk + 1] = topk[0];
     DeviceInputs d(w, meta, topk);
-    Planned p = make_plan(meta, d.shape);
+    Planned p = make_plan(meta, d.args, d.tuning);
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();
@@ -295,7 +295,7 @@ TEST(CudaAttentionRows, BadIndicesAreSkippedAndRecorded) {
     const std::int32_t first = good[std::size_t(1) * c.topk];  // request 1's first selected block
     MSA_CUDA_CHECK(cudaMemcpy(d.table.data() + 1 * w.table_stride + first, &bad_page, sizeof(bad_page),
                               cudaMemcpyHostToDevice));
-    Planned p = make_plan(meta, d.shape);
+    Planned p = make_plan(meta, d.args, d.tuning);
     msa::test::CheckBuffer check;
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr, check.get());
     msa::test::device_sync();
@@ -324,7 +324,7 @@ TEST(CudaAttentionRows, ForcedSplits) {
   const std::vector<msa::cuda::attention::Splits> all = {{1, 1}, {2, 1}, {3, 2}, {5, 7}, {16, 16}, {1, 4}};
   for (const auto& s : all) {
     DeviceInputs d(ref.w, meta, ref.topk);
-    Planned p = make_plan(meta, d.shape, s);
+    Planned p = make_plan(meta, d.args, {}, s);
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
     msa::test::device_sync();
     expect_close(d.result(), ref.want,
@@ -332,7 +332,7 @@ TEST(CudaAttentionRows, ForcedSplits) {
   }
 }
 
-// The public split knob (AttentionShape::decode_splits): the plan takes it,
+// The public split knob (AttentionTuning::decode_splits): the plan takes it,
 // its workspace holds the split partials, the result still matches the oracle;
 // a value past kMaxSplits is refused naming the field.
 TEST(CudaAttentionRows, ShapeDecodeSplits) {
@@ -349,20 +349,20 @@ TEST(CudaAttentionRows, ShapeDecodeSplits) {
     // 1-8 merge in clusters of that size (5 rows: they fit), 9 and 16 through the workspace.
     for (const int splits : {0, 1, 3, 4, 6, 8, 9, 16}) {
       DeviceInputs d(ref.w, meta, ref.topk);
-      d.shape.decode_splits = splits;
-      Planned p = make_plan(meta, d.shape);
-      if (splits > 0) EXPECT_EQ(p.plan.decode_splits, splits);
+      d.tuning.decode_splits = splits;
+      Planned p = make_plan(meta, d.args, d.tuning);
+      if (splits > 0) EXPECT_EQ(p.plan.schedule.decode_splits, splits);
       msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
       msa::test::device_sync();
       expect_close(d.result(), ref.want,
                    c.name + " decode_splits " + std::to_string(splits) + " (plan " +
-                       std::to_string(p.plan.decode_splits) + ")");
+                       std::to_string(p.plan.schedule.decode_splits) + ")");
     }
     if (kv != DType::bf16) continue;
     DeviceInputs d(ref.w, meta, ref.topk);
-    d.shape.decode_splits = 17;
+    d.tuning.decode_splits = 17;
     try {
-      (void)msa::cuda::attention_workspace_bytes(meta, d.shape);
+      (void)msa::cuda::attention_workspace_bytes(meta, d.args, d.tuning);
       ADD_FAILURE() << "decode_splits = 17 was accepted";
     } catch (const msa::Error& e) {
       EXPECT_NE(std::string(e.what()).find("decode_splits = 17"), std::string::npos) << e.what();
@@ -370,7 +370,7 @@ TEST(CudaAttentionRows, ShapeDecodeSplits) {
   }
 }
 
-// Split token tiles (AttentionShape::tile_splits): every factor gives the
+// Split token tiles (AttentionTuning::tile_splits): every factor gives the
 // oracle's answer on a mixed step (decode rows, prefill chunks of odd lengths
 // on cached contexts, a chunk shorter than a tile), at G = 16 and G = 8, bf16
 // and fp16; a value past kMaxTileSplits is refused naming the field.
@@ -388,44 +388,43 @@ TEST(CudaAttentionTiles, ShapeTileSplits) {
     const BatchMetadata& meta = ref.w.meta();
     for (const int splits : {0, 1, 2, 3, 4}) {
       DeviceInputs d(ref.w, meta, ref.topk);
-      d.shape.tile_splits = splits;
-      Planned p = make_plan(meta, d.shape);
+      d.tuning.tile_splits = splits;
+      Planned p = make_plan(meta, d.args, d.tuning);
       if (att::use_wgmma_tiles(true, q_heads / kv_heads, att::tile_tokens(q_heads / kv_heads, c.topk)) &&
-          p.plan.prefill_splits == 1 && splits > 0)
-        EXPECT_EQ(p.plan.tile_splits, splits);
+          p.plan.schedule.prefill_splits == 1 && splits > 0)
+        EXPECT_EQ(p.plan.schedule.tile_splits, splits);
       msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
       msa::test::device_sync();
       expect_close(d.result(), ref.want,
-                   c.name + " tile_splits " + std::to_string(splits) + " (plan " + std::to_string(p.plan.tile_splits) +
-                       ", prefill splits " + std::to_string(p.plan.prefill_splits) + ")");
+                   c.name + " tile_splits " + std::to_string(splits) + " (plan " + std::to_string(p.plan.schedule.tile_splits) +
+                       ", prefill splits " + std::to_string(p.plan.schedule.prefill_splits) + ")");
     }
     // The rule with fewer SMs than the device has, so that this step's last
-    // round is at most half full: only the tiles from plan.tile_split_from on
+    // round is at most half full: only the tiles from schedule.tile_split_from on
     // split (16/1: 96 tile numbers on 40 SMs, from 80 two ways; 32/4: 204 on
     // 96, from 192 four ways), the whole ones write out directly.
     const int sms = q_heads / kv_heads == 16 ? 40 : 96;
-    att::tile_split_sms_override.store(sms);
     DeviceInputs d(ref.w, meta, ref.topk);
-    Planned p = make_plan(meta, d.shape);
-    att::tile_split_sms_override.store(0);
+    d.tuning.tile_split_sms = sms;
+    Planned p = make_plan(meta, d.args, d.tuning);
     if (att::use_wgmma_tiles(true, q_heads / kv_heads, att::tile_tokens(q_heads / kv_heads, c.topk)) &&
-        p.plan.prefill_splits == 1) {
-      EXPECT_GT(p.plan.tile_splits, 1);
-      EXPECT_GT(p.plan.tile_split_from, 0);
+        p.plan.schedule.prefill_splits == 1) {
+      EXPECT_GT(p.plan.schedule.tile_splits, 1);
+      EXPECT_GT(p.plan.schedule.tile_split_from, 0);
     }
     msa::cuda::attend(p.plan, d.step.view, d.args, nullptr);
     msa::test::device_sync();
     expect_close(d.result(), ref.want,
                  c.name + " last-round split on " + std::to_string(sms) + " SMs (plan " +
-                     std::to_string(p.plan.tile_splits) + " from tile " + std::to_string(p.plan.tile_split_from) + ")");
+                     std::to_string(p.plan.schedule.tile_splits) + " from tile " + std::to_string(p.plan.schedule.tile_split_from) + ")");
   }
   Case c = named("shape_tile_splits_bad");
   c.requests = {{64, 100}};
   OracleStep ref(c);
   DeviceInputs d(ref.w, ref.w.meta(), ref.topk);
-  d.shape.tile_splits = 5;
+  d.tuning.tile_splits = 5;
   try {
-    (void)msa::cuda::attention_workspace_bytes(ref.w.meta(), d.shape);
+    (void)msa::cuda::attention_workspace_bytes(ref.w.meta(), d.args, d.tuning);
     ADD_FAILURE() << "tile_splits = 5 was accepted";
   } catch (const msa::Error& e) {
     EXPECT_NE(std::string(e.what()).find("tile_splits = 5"), std::string::npos) << e.what();
@@ -445,8 +444,8 @@ void replay_graph(std::optional<msa::cuda::attention::Splits> forced) {
   const BatchMetadata meta0 = w.meta();
   auto topk = random_topk(meta0, c.kv_heads, c.topk, c.seed, false);
   DeviceInputs d(w, meta0, topk);
-  Planned p = make_plan(meta0, d.shape, forced);
-  std::printf("[attention] graph: decode splits %d\n", p.plan.decode_splits);
+  Planned p = make_plan(meta0, d.args, {}, forced);
+  std::printf("[attention] graph: decode splits %d\n", p.plan.schedule.decode_splits);
   msa::test::CheckBuffer check;
   msa::test::device_sync();  // the plan's counter zeroing ran on the default stream
 
@@ -504,6 +503,8 @@ void replay_graph(std::optional<msa::cuda::attention::Splits> forced) {
       d.out.poison_nan();
       d.lse.poison_nan();
     }
+    std::string why;
+    EXPECT_TRUE(p.plan.valid_for(meta, d.args, &why)) << why;  // a decode step's plan outlives its lengths
     MSA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
     MSA_CUDA_CHECK(cudaStreamSynchronize(stream));
     EXPECT_EQ(check.message(), "");
@@ -538,13 +539,26 @@ TEST(CudaAttentionChecks, PlanAndRunMismatches) {
   Workload w = make_workload(c);
   const auto topk = random_topk(w.meta(), 1, 16, 1, false);
   DeviceInputs d(w, w.meta(), topk);
-  msa::cuda::AttentionShape bad = d.shape;
+  AttentionArgs bad = d.args;
   bad.num_q_heads = 17;
   EXPECT_THROW(msa::cuda::attention_workspace_bytes(w.meta(), bad), msa::Error);
-  Planned p = make_plan(w.meta(), d.shape);
-  if (p.plan.decode_splits > 1) {
-    EXPECT_THROW(msa::cuda::plan_attention(w.meta(), d.shape, p.workspace.data(), 16, nullptr), msa::Error);
+  Planned p = make_plan(w.meta(), d.args);
+  if (p.plan.schedule.decode_splits > 1) {
+    EXPECT_THROW(msa::cuda::plan_attention(w.meta(), d.args, {p.workspace.data(), 16}, nullptr), msa::Error);
   }
+  // The plan says why it does not serve another step or problem.
+  std::string why;
+  EXPECT_TRUE(p.plan.valid_for(w.meta(), d.args, &why)) << why;
+  EXPECT_FALSE(p.plan.valid_for(w.meta(), bad, &why));
+  EXPECT_NE(why.find("problem"), std::string::npos) << why;
+  msa::BatchSpec longer;
+  for (std::int32_t r = 0; r < w.meta().num_requests; ++r) {
+    longer.query_lens.push_back(2);
+    longer.seq_lens.push_back(w.meta().seq_lens[r] + 1);
+  }
+  longer.decode_threshold = 2;
+  EXPECT_FALSE(p.plan.valid_for(msa::build_metadata(longer), d.args, &why));
+  EXPECT_NE(why.find("token counts"), std::string::npos) << why;
   AttentionArgs args = d.args;
   args.num_q_heads = 8;
   EXPECT_THROW(msa::cuda::attend(p.plan, d.step.view, args, nullptr), msa::Error);
@@ -594,18 +608,13 @@ TEST(CudaAttentionPerf, Throughput) {
   time_attend({8192}, {8192}, 16, 1, 16, 1, true, msa::cuda::attention::Splits{1, 2});
   time_attend({32768}, {32768}, 16, 1, 16, 1, true);
   time_attend({32768}, {65536}, 16, 1, 16, 1, true);
-  {  // the mma.sync tile kernel, both variants (keys per pass over a block)
-    namespace att = msa::cuda::attention;
-    att::wgmma_tiles_override = 1;
-    for (int pass : {128, 64}) {
-      att::tile_pass_keys_override = pass;
-      std::printf("[attention-perf] mma.sync tiles, pass of %d keys:\n", att::tile_pass_keys());
-      time_attend({8192}, {8192}, 16, 1, 16, 1, false);
-      time_attend({8192}, {8192}, 16, 1, 16, 1, true);
-      time_attend({32768}, {32768}, 16, 1, 16, 1, true);
-    }
-    att::tile_pass_keys_override = 0;
-    att::wgmma_tiles_override = 0;
+  {  // the mma.sync tile kernel
+    msa::cuda::AttentionTuning mma_sync;
+    mma_sync.tile_kernel = msa::cuda::TileKernel::mma_sync;
+    std::printf("[attention-perf] mma.sync tiles:\n");
+    time_attend({8192}, {8192}, 16, 1, 16, 1, false, std::nullopt, mma_sync);
+    time_attend({8192}, {8192}, 16, 1, 16, 1, true, std::nullopt, mma_sync);
+    time_attend({32768}, {32768}, 16, 1, 16, 1, true, std::nullopt, mma_sync);
   }
   time_attend({8192}, {8192}, 64, 4, 16, 1, true);
   time_attend({4096, 4096}, {32768, 8192}, 16, 1, 16, 1);

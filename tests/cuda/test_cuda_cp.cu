@@ -365,15 +365,16 @@ TEST(CudaCp, ChecksNameTheArgument) {
   expect_error([&] { cp::merge_partials(scores.data(), scores.data(), msa::DType::fp8_e4m3, 2, 1, topk.data(),
                                         msa::DType::bf16, nullptr, nullptr); },
                "dtype = fp8_e4m3");
-  msa::cuda::AttentionShape shape;
-  shape.num_q_heads = 16, shape.num_kv_heads = 1, shape.topk = 32;
-  expect_error([&] { (void)cp::layer_workspace_bytes(meta, ok, shape, 2); }, "shape.topk = 32 but select.topk = 16");
-  shape.topk = 16;
+  msa::AttentionArgs shape;
+  shape.num_q_heads = 16, shape.cache.num_kv_heads = 1, shape.topk.topk = 32;
+  expect_error([&] { (void)cp::layer_workspace_bytes(meta, ok, shape, 2); },
+               "args.topk.topk = 32 but select.topk = 16");
+  shape.topk.topk = 16;
   const std::size_t need = cp::layer_workspace_bytes(meta, ok, shape, 2);
   DeviceBuffer<std::uint8_t> ws(need);
-  expect_error([&] { (void)cp::plan_layer(cp::Group{nullptr, 0, {2, 0}}, meta, ok, shape, ws.data(), need - 1, nullptr); },
-               "workspace_bytes = " + std::to_string(need - 1));
-  const cp::LayerPlan plan = cp::plan_layer(cp::Group{nullptr, 1, {2, 0}}, meta, ok, shape, ws.data(), need, nullptr);
+  expect_error([&] { (void)cp::plan_layer(cp::Group{nullptr, 0, {2, 0}}, meta, ok, shape, {ws.data(), need - 1}, nullptr); },
+               "workspace.bytes = " + std::to_string(need - 1));
+  const cp::LayerPlan plan = cp::plan_layer(cp::Group{nullptr, 1, {2, 0}}, meta, ok, shape, {ws.data(), need}, nullptr);
   expect_error([&] { cp::exchange_candidates(plan, nullptr); }, "sharding.num_ranks = 2");
 }
 
@@ -386,16 +387,8 @@ struct DeviceQueries {
   explicit DeviceQueries(const Workload& w) : q(w.q), index_q(w.index_q), step(w.meta()) {}
 };
 
-msa::cuda::AttentionShape attention_shape(const Workload& w) {
-  msa::cuda::AttentionShape s;
-  s.num_q_heads = w.model().num_q_heads;
-  s.num_kv_heads = w.model().num_kv_heads;
-  s.topk = w.model().topk;
-  s.q_dtype = w.spec().q_dtype;
-  s.kv_dtype = w.spec().kv_dtype;
-  s.out_dtype = w.out_dtype();
-  return s;
-}
+// The attention problem of a workload (its arguments' plain fields).
+msa::AttentionArgs attention_shape(Workload& w) { return w.attention_args(); }
 
 cp::SelectShape select_shape(const Workload& w) {
   return {w.model().num_kv_heads, w.model().topk, w.model().init_blocks, w.model().local_blocks, w.max_blocks};
@@ -466,7 +459,7 @@ DeviceBuffer<std::uint8_t> run_indexer(Workload& w, const DeviceQueries& dq, con
   a.cache = cache;
   a.block_table = w.table_at(table);
   a.out = TopkView::token_major(topk, H, w.model().topk);
-  msa::cuda::index(dq.step.view, a, w.max_blocks, ws.data(), bytes, stream);
+  msa::cuda::index(dq.step.view, a, w.max_blocks, {ws.data(), bytes}, stream);
   return ws;
 }
 
@@ -506,7 +499,7 @@ Reference single_gpu(Workload& w) {
   const auto shape = attention_shape(w);
   const std::size_t bytes = msa::cuda::attention_workspace_bytes(w.meta(), shape);
   DeviceBuffer<std::uint8_t> aws(std::max<std::size_t>(bytes, 1));
-  const auto plan = msa::cuda::plan_attention(w.meta(), shape, aws.data(), bytes, nullptr);
+  const auto plan = msa::cuda::plan_attention(w.meta(), shape, {aws.data(), bytes}, nullptr);
   msa::AttentionArgs a = attention_args(w, dq, w.kv_view_at(kv.data(), nullptr, nullptr), table.data(), out.data(), lse.data());
   a.topk = TopkView::token_major(topk.data(), w.model().num_kv_heads, w.model().topk);
   msa::test::CheckBuffer check;
@@ -550,7 +543,7 @@ struct Rank {
     workspace.poison_nan();
     out.poison_nan();
     lse.poison_nan();
-    plan = cp::plan_layer(group, w.meta(), select_shape(w), attention_shape(w), workspace.data(), bytes, stream);
+    plan = cp::plan_layer(group, w.meta(), select_shape(w), attention_shape(w), {workspace.data(), bytes}, stream);
   }
   const float* score_data() const { return reinterpret_cast<const float*>(scores.data()); }
   msa::AttentionArgs args(Workload& w) {

@@ -215,7 +215,7 @@ struct DeviceProblem {
     }
   }
   void run(const Problem& pb, const msa::cuda::DeviceCheck& check = {}, cudaStream_t stream = nullptr) {
-    msa::cuda::index(step.view, args, pb.max_blocks, workspace.data(), workspace_bytes, stream, check);
+    msa::cuda::index(step.view, args, pb.max_blocks, {workspace.data(), workspace_bytes}, stream, check);
   }
   // The top-k as token-major [num_tokens, H, topk], whatever view was written.
   std::vector<std::int32_t> topk_token_major(const Problem& pb) const {

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/attention/heuristics.hpp"
-#include "cuda/attention/widen_layout.hpp"
+#include "cuda/attention/host/heuristics.hpp"
+#include "cuda/attention/widen/choice.hpp"
 
 namespace {
 
@@ -27,7 +27,6 @@ using msa::cuda::attention::use_token_tiles;
 using msa::cuda::attention::choose_step_splits;
 using msa::cuda::attention::kMaxSplits;
 using msa::cuda::attention::Splits;
-using msa::cuda::attention::workspace_layout;
 
 constexpr int kH200Sms = 132;
 
@@ -209,40 +208,6 @@ TEST(AttentionPlan, TileSplitsFillTheLastRound) {
   EXPECT_EQ(split(0, kH200Sms).first, 1);
   EXPECT_EQ(split(10, 0).first, 1);
   EXPECT_EQ(split(10, kH200Sms, 0).first, 1);
-  // Layout: none without a split; 16-bit rows then fp32 lse, 256-aligned.
-  const att::TileSplitLayout none = att::tile_split_layout(1000, 50, 16, 1);
-  EXPECT_EQ(none.end, 1000u);
-  const att::TileSplitLayout l = att::tile_split_layout(1000, 50, 16, 3);
-  EXPECT_EQ(l.out_offset, 1024u);
-  EXPECT_EQ(l.lse_offset % 256, 0u);
-  EXPECT_GE(l.lse_offset, l.out_offset + std::size_t(50) * 16 * 3 * 128 * 2);
-  EXPECT_EQ(l.end, l.lse_offset + std::size_t(50) * 16 * 3 * 4);
-}
-
-TEST(AttentionPlan, WorkspaceLayout) {
-  // Nothing splits: no workspace.
-  const auto none = workspace_layout(100, 10, 16, 1, Splits{1, 1});
-  EXPECT_EQ(none.bytes, 0u);
-  EXPECT_EQ(none.max_splits, 1);
-
-  // Only decode rows split: partials cover the decode tokens only.
-  const auto dec = workspace_layout(1000, 10, 16, 2, Splits{4, 1});
-  EXPECT_EQ(dec.partial_tokens, 10);
-  EXPECT_EQ(dec.max_splits, 4);
-  EXPECT_EQ(dec.out_offset, 0u);
-  EXPECT_GE(dec.lse_offset, std::size_t(10) * 16 * 4 * 128 * sizeof(float));
-  EXPECT_EQ(dec.lse_offset % 256, 0u);
-  EXPECT_GE(dec.counter_offset, dec.lse_offset + std::size_t(10) * 16 * 4 * sizeof(float));
-  EXPECT_EQ(dec.counter_offset % 256, 0u);
-  EXPECT_EQ(dec.counter_bytes, std::size_t(10) * 2 * sizeof(std::int32_t));  // per (token, KV head)
-  EXPECT_GE(dec.bytes, dec.counter_offset + dec.counter_bytes);
-  EXPECT_EQ(dec.bytes % 256, 0u);
-
-  // Prefill rows split too: every token has partials, sized by the larger factor.
-  const auto both = workspace_layout(7, 3, 5, 5, Splits{2, 3});
-  EXPECT_EQ(both.partial_tokens, 7);
-  EXPECT_EQ(both.max_splits, 3);
-  EXPECT_GE(both.bytes, std::size_t(7) * 5 * 3 * 129 * sizeof(float));
 }
 
 TEST(AttentionPlan, TileTokensRespectTheTileLimits) {
@@ -288,19 +253,6 @@ TEST(AttentionPlan, WgmmaTilesForWholeTokensPerWarpgroup) {
   EXPECT_FALSE(att::use_wgmma_tiles(true, 12, tile_tokens(12, 16)));  // 120 rows, tokens across warpgroups
   EXPECT_FALSE(att::use_wgmma_tiles(true, 1, tile_tokens(1, 16)));  // 32 rows
   EXPECT_FALSE(att::use_wgmma_tiles(false, 16, tile_tokens(16, 16)));  // the caller's cache condition
-  att::wgmma_tiles_override = 1;  // tests force the mma.sync tiles
-  EXPECT_FALSE(att::use_wgmma_tiles(true, 16, tile_tokens(16, 16)));
-  att::wgmma_tiles_override = 0;
-}
-
-TEST(AttentionPlan, TilePassKeysDefaultAndOverride) {
-  namespace att = msa::cuda::attention;
-  EXPECT_EQ(att::tile_pass_keys(), att::kTilePassKeys);
-  att::tile_pass_keys_override = 64;
-  EXPECT_EQ(att::tile_pass_keys(), 64);
-  att::tile_pass_keys_override = 77;  // not a variant: the default
-  EXPECT_EQ(att::tile_pass_keys(), att::kTilePassKeys);
-  att::tile_pass_keys_override = 0;
 }
 
 // The device numbering of tiles (first_tile_number + j for the j-th tile of a
@@ -366,15 +318,11 @@ TEST(AttentionPlan, KeyMajorModeFollowsTheOrderOnPrefillOnlyHalfSteps) {
     EXPECT_EQ(att::key_major_mode(order, true, true, big, 0, att::kKeyMajorMaxRequests + 1), Mode::off);
     EXPECT_EQ(att::key_major_mode(order, true, true, 0, 0, 1), Mode::off);
   }
-  att::key_major_override = 2;  // tests: always
-  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 7, 0, 1), Mode::always);
-  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 7, 3, 1), Mode::off);
-  att::key_major_override = 3;  // tests: the device chooses at any size
-  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 7, 0, 1), Mode::device_choice);
-  EXPECT_EQ(att::key_major_mode(kQuery, false, true, 7, 0, 1), Mode::off);
-  att::key_major_override = 1;  // never
-  EXPECT_EQ(att::key_major_mode(kKey, true, true, 16384, 0, 4), Mode::off);
-  att::key_major_override = 0;
+  // The tuning's threshold (tests: the device chooses at any size).
+  EXPECT_EQ(att::key_major_mode(kAuto, true, true, 7, 0, 1, 0), Mode::device_choice);
+  EXPECT_EQ(att::key_major_mode(kAuto, true, true, 7, 0, 1, 8), Mode::off);
+  EXPECT_EQ(att::key_major_mode(kAuto, false, true, 7, 0, 1, 0), Mode::off);
+  EXPECT_EQ(att::key_major_mode(kQuery, true, true, 7, 0, 1, 0), Mode::off);
 }
 
 // The device's choice: key-major when the token tiles would run more than
@@ -389,24 +337,13 @@ TEST(AttentionPlan, KeyMajorPreferredWhenTilesLoadManyBlocks) {
   EXPECT_FALSE(att::prefer_key_major(100, 0, false));  // nothing to run key-major
 }
 
-// The work items fit their bound, and the key-major data follow the split
-// partials without overlap, each 256-byte aligned.
-TEST(AttentionPlan, KeyMajorLayoutBoundsAndOrder) {
+// The work items fit their bound.
+TEST(AttentionPlan, KeyMajorItemBound) {
   namespace att = msa::cuda::attention;
   const int T = 8;
   // Rows of 1, T, T + 1 and 5T - 3 edges: items 1 + 1 + 2 + 5.
   const std::int64_t edges = 1 + T + (T + 1) + (5 * T - 3);
   EXPECT_GE(att::key_major_max_items(edges, 4, T), 9);
-  const att::KeyMajorLayout l = att::key_major_layout(1000, 16384, 16, 1, 16, 512, T, 4096);
-  EXPECT_EQ(l.edges, 16384 * 16);
-  EXPECT_GE(l.offsets, 1000u);
-  const std::size_t order[] = {l.offsets, l.tokens, l.slots, l.counts, l.k2q, l.items, l.stats, l.partial_out,
-                               l.partial_lse, l.end};
-  for (std::size_t i = 0; i + 1 < std::size(order); ++i) {
-    EXPECT_LT(order[i], order[i + 1]);
-    EXPECT_EQ(order[i] % att::kWorkspaceAlign, 0u);
-  }
-  EXPECT_GE(l.partial_lse - l.partial_out, std::size_t(16384) * 16 * 16 * 128 * 2);
 }
 
 // fp8 / nvfp4 token tiles widen their step's blocks ahead: room for the bound
@@ -457,38 +394,4 @@ TEST(AttentionPlan, WidenRoomFollowsTheBoundAndTheLimit) {
   const att::WidenChoice fp4 = att::choose_widen(DType::nvfp4, true, true, -1, 4, 16, 0, query_lens, blocks);
   EXPECT_GT(fp4.pages, 0);
   EXPECT_FALSE(fp4.scales);
-}
-
-// The region's parts follow `offset` in order without overlap: the table
-// (all requests' rows), the counters and claims (filled from the first
-// prefill request's table row on), the items and the gates 256-byte aligned,
-// the pages 1 KiB aligned, then the pages' per-token scales when they have them.
-TEST(AttentionPlan, WidenLayoutBoundsAndOrder) {
-  namespace att = msa::cuda::attention;
-  att::WidenChoice c;
-  c.pages = 37, c.first_request = 2, c.requests = 3, c.block_cap = 514;
-  const att::WidenLayout l = att::widen_layout(1000, c, 4);
-  EXPECT_GE(l.table_offset, 1000u);
-  EXPECT_EQ(l.table_offset % 256, 0u);
-  EXPECT_EQ(l.counters_offset, l.table_offset + 5u * 514u * 4u);
-  EXPECT_EQ(l.fill_offset, l.table_offset + 2u * 514u * 4u);
-  EXPECT_EQ(l.fill_offset + l.fill_bytes, l.counters_offset + 16u + 3u * 4u * 514u * 4u);
-  EXPECT_GE(l.items_offset, l.fill_offset + l.fill_bytes);
-  EXPECT_EQ(l.items_offset % 256, 0u);
-  EXPECT_GE(l.gates_offset, l.items_offset + 37u * 4u * 16u);
-  EXPECT_GE(l.k_offset, l.gates_offset + 16u);
-  EXPECT_EQ(l.k_offset % 1024, 0u);
-  EXPECT_EQ(l.v_offset, l.k_offset + 37u * 4u * 128u * 128u * 2u);
-  EXPECT_EQ(l.scales_offset, l.v_offset + 37u * 4u * 128u * 128u * 2u);
-  EXPECT_EQ(l.end, l.scales_offset);
-  // Per-token scales: float [pages][heads][2][128] after the V pages.
-  c.scales = true;
-  const att::WidenLayout s = att::widen_layout(1000, c, 4);
-  EXPECT_EQ(s.v_offset, l.v_offset);
-  EXPECT_EQ(s.scales_offset, l.scales_offset);
-  EXPECT_EQ(s.end, s.scales_offset + 37u * 4u * 2u * 128u * 4u);
-  // No widening: an empty region at the offset.
-  const att::WidenLayout none = att::widen_layout(1000, att::WidenChoice{}, 4);
-  EXPECT_EQ(none.end, 1000u);
-  EXPECT_EQ(none.fill_bytes, 0u);
 }

@@ -13,13 +13,13 @@
 #include <random>
 #include <vector>
 
-#include "cuda/attention/fp4_fragments.hpp"
+#include "cuda/common/fp4_fragments.hpp"
 #include "warp_mma_emulation.hpp"
 #include "msa/numeric.hpp"
 
 namespace {
 
-namespace f = msa::cuda::attention::fp4f;
+namespace f = msa::cuda::fp4f;
 
 constexpr int kKeys = 128, kDim = 128, kRows = 16, kGroups = kDim / 16;
 constexpr int kPlaneBytes = f::kScaleOffset + kKeys * kGroups;

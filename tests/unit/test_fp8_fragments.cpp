@@ -9,12 +9,12 @@
 #include <random>
 #include <vector>
 
-#include "cuda/attention/fp8_fragments.hpp"
+#include "cuda/common/fp8_fragments.hpp"
 #include "warp_mma_emulation.hpp"
 
 namespace {
 
-namespace f = msa::cuda::attention::fp8f;
+namespace f = msa::cuda::fp8f;
 
 constexpr int kKeys = 128, kDim = 128, kRows = 16;
 

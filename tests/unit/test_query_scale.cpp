@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/attention/query_scale.hpp"
+#include "cuda/attention/decode/query_scale.hpp"
 #include "msa/numeric.hpp"
 
 namespace {

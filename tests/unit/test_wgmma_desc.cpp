@@ -6,11 +6,11 @@
 
 #include <cstdint>
 
-#include "cuda/attention/wgmma_desc.hpp"
+#include "cuda/common/wgmma_desc.hpp"
 
 namespace {
 
-namespace sm90 = msa::cuda::attention::sm90;
+namespace sm90 = msa::cuda::sm90;
 
 // The PTX ISA's shared-memory matrix descriptor, built field by field.
 std::uint64_t ptx_descriptor(std::uint32_t addr, std::uint32_t lbo, std::uint32_t sbo) {

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 
+#include "msa/cache.hpp"
+#include "msa/ops.hpp"
+
 namespace msa::cuda::attention {
 
 // How the KV cache is staged into shared memory.
@@ -23,6 +26,10 @@ inline constexpr int kRows = 16;          // query rows per CTA (a GQA group, pa
 inline constexpr int kBlockKeys = 128;    // keys per selected block (= page size)
 inline constexpr int kDim = 128;          // head dim
 inline constexpr int kMaxEntries = 64;    // largest top-k
+inline constexpr int kRowBytes = kDim * 2;                 // 256: a 16-bit row of 128 dims
+inline constexpr int kTileBytes = kBlockKeys * kRowBytes;  // 32 KiB: one 16-bit K or V tile
+inline constexpr int kFp8RawBytes = kBlockKeys * kDim;     // 16 KiB: one fp8 K or V block
+inline constexpr int kNvfp4SlotBytes = kBlockKeys * 72;    // 9216: one nvfp4 K or V slot
 
 // A key-major work item: `count` tokens of one k2q row (KV head `head`,
 // request `request`, block `block`), the plan's edges edge .. edge + count - 1.
@@ -57,38 +64,24 @@ struct AttendParams {
   const std::int32_t* seq_lens = nullptr;       // [num_requests]
   const std::int32_t* token_request = nullptr;  // [num_tokens]
 
-  // ---- top-k: entry (t, h, k) at topk[t * topk_token_stride + h * topk_head_stride + k] ----
-  const std::int32_t* topk = nullptr;
-  std::int64_t topk_token_stride = 0;
-  std::int64_t topk_head_stride = 0;
-  int topk_count = 0;
-
-  // ---- KV cache ----
-  // half / fp8: K element (page, head, token, d) at k_base[page*page_stride +
-  // head*head_stride + token*token_stride + d] (elements of the cache dtype).
-  // nvfp4: k_base is the byte base, page_stride bytes; head strides unused.
-  const unsigned char* k_base = nullptr;
-  const unsigned char* v_base = nullptr;
-  std::int64_t page_stride = 0;
-  std::int64_t head_stride = 0;
-  std::int64_t token_stride = 0;
-  std::int64_t num_pages = 0;
-  // per_token_head fp8: [num_pages * 128, num_kv_heads]; over widened pages (the
-  // scaled token tiles, widen.hpp): [pages][num_kv_heads][2 (K, V)][128]; else null
-  const float* k_scales = nullptr;
-  const float* v_scales = nullptr;  // per_token_head fp8: [num_pages * 128, num_kv_heads]; else null
-
-  // ---- block table: page of (request r, block b) at table[r * table_stride + b] ----
-  const std::int32_t* table = nullptr;
-  std::int64_t table_stride = 0;
-  int table_rows = 0;
-  int table_cols = 0;
+  // ---- the views of the arguments (include/msa/cache.hpp, ops.hpp): every
+  // address of the top-k lists, the cache and the block table comes from their
+  // row / offset / at functions ----
+  // [num_tokens, num_kv_heads, topk.topk]: entry (t, h, k) at topk.row(t, h)[k]
+  TopkView topk;
+  // K element (page, head, token, d) at cache.k + cache.offset(page, head,
+  // token, d) (elements of the cache dtype); nvfp4: byte-addressed head slots
+  // (nvfp4::slot_offset). k_scales / v_scales: per_token_head fp8
+  // [num_pages * 128, num_kv_heads], else null; over widened pages (the scaled
+  // token tiles, widen/widen.hpp) k_scales is [pages][num_kv_heads][2 (K, V)][128].
+  KVCacheView cache;
+  // The page of (request r, block b): table.at(r, b).
+  BlockTable table;
 
   // ---- work split ----
   int decode_splits = 1;
   int prefill_splits = 1;
   int tile_tokens = 0;       // token-tile launch: tokens per tile (heuristics.hpp), else 0
-  int tile_pass_keys = 128;  // token-tile launch: keys per pass over a block, 64 or 128
   std::int64_t tile_count = 0;  // token-tile launch: tile numbers x KV heads (heuristics.hpp, tile_ctas)
   // wgmma tile launches of a step that may run key-major: the launch runs
   // min(tile_count, *tile_gate) tiles (the device's choice, key_major.cu); null: tile_count.
@@ -97,18 +90,18 @@ struct AttendParams {
   // below tile_split_from are those tiles whole (their rows go to out / lse,
   // and lse slot 0 of their partials is +inf: "not split"), item
   // tile_split_from + n is split n % tile_splits of tile tile_split_from +
-  // n / tile_splits, whose rows go to the partials (heuristics.hpp,
-  // TileSplitLayout; kernel_tile_entries.cuh, tile_item).
+  // n / tile_splits, whose rows go to the partials (the workspace map;
+  // shared/tile_scheduler.cuh, tile_item).
   int tile_splits = 1;
   std::int64_t tile_split_from = 0;
   void* tile_partial_out = nullptr;  // [num_tokens, num_q_heads, tile_splits, 128] out dtype
   float* tile_partial_lse = nullptr;  // [num_tokens, num_q_heads, tile_splits]
-  // ---- key-major launch (tile = work item; heuristics.hpp, KeyMajorLayout) ----
+  // ---- key-major launch (tile = work item; msa/cuda_schedule.hpp, the workspace map) ----
   const KeyMajorItem* km_items = nullptr;   // [tile_count]
   const std::int32_t* km_tokens = nullptr;  // [edges] the k2q plan's tokens
   const std::int32_t* km_slots = nullptr;   // [edges] their slots
-  void* km_partial_out = nullptr;         // [num_tokens, num_q_heads, topk_count, 128] out dtype
-  float* km_partial_lse = nullptr;        // [num_tokens, num_q_heads, topk_count]
+  void* km_partial_out = nullptr;         // [num_tokens, num_q_heads, topk.topk, 128] out dtype
+  float* km_partial_lse = nullptr;        // [num_tokens, num_q_heads, topk.topk]
   // Row-kernel launch: CTA blockIdx.x is row-kernel CTA cta_offset + blockIdx.x
   // (decode and prefill rows launch apart). cluster_splits > 1: the launch's
   // CTAs form clusters of that many, one row's splits, merged through

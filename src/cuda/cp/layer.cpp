@@ -24,13 +24,13 @@ struct Layout {
   std::size_t bytes = 0;
 };
 
-Layout layout_of(const BatchMetadata& meta, const SelectShape& select, const AttentionShape& shape,
-                 std::int32_t num_ranks) {
+Layout layout_of(const BatchMetadata& meta, const SelectShape& select, const AttentionArgs& args,
+                 std::int32_t num_ranks, const AttentionTuning& tuning) {
   const auto T = std::size_t(meta.num_tokens), H = std::size_t(select.num_kv_heads);
-  const auto K = std::size_t(select.topk), Hq = std::size_t(shape.num_q_heads);
+  const auto K = std::size_t(select.topk), Hq = std::size_t(args.num_q_heads);
   const auto R = std::size_t(num_ranks);
   Layout l;
-  l.attention_bytes = attention_workspace_bytes(meta, shape);
+  l.attention_bytes = attention_workspace_bytes(meta, args, tuning);
   std::size_t at = round_up(l.attention_bytes);
   l.candidates = at;
   at += round_up(R * T * H * K * sizeof(Candidate));
@@ -39,22 +39,22 @@ Layout layout_of(const BatchMetadata& meta, const SelectShape& select, const Att
   l.owned = at;
   at += round_up(T * H * K * sizeof(std::int32_t));
   l.partial_out = at;
-  at += round_up(R * T * Hq * kHeadDim * dtype_bytes(shape.out_dtype));
+  at += round_up(R * T * Hq * kHeadDim * dtype_bytes(args.out_dtype));
   l.partial_lse = at;
   at += round_up(R * T * Hq * sizeof(float));
   l.bytes = at;
   return l;
 }
 
-void check_shapes(const char* fn, const SelectShape& select, const AttentionShape& shape,
+void check_shapes(const char* fn, const SelectShape& select, const AttentionArgs& args,
                   std::int32_t num_ranks) {
-  MSA_CHECK(shape.num_kv_heads == select.num_kv_heads, fn, ": shape.num_kv_heads = ",
-            shape.num_kv_heads, " but select.num_kv_heads = ", select.num_kv_heads);
-  MSA_CHECK(shape.topk == select.topk, fn, ": shape.topk = ", shape.topk, " but select.topk = ",
+  MSA_CHECK(args.cache.num_kv_heads == select.num_kv_heads, fn, ": args.cache.num_kv_heads = ",
+            args.cache.num_kv_heads, " but select.num_kv_heads = ", select.num_kv_heads);
+  MSA_CHECK(args.topk.topk == select.topk, fn, ": args.topk.topk = ", args.topk.topk, " but select.topk = ",
             select.topk);
-  MSA_CHECK(is_half(shape.out_dtype), fn, ": shape.out_dtype = ", dtype_name(shape.out_dtype),
+  MSA_CHECK(is_half(args.out_dtype), fn, ": args.out_dtype = ", dtype_name(args.out_dtype),
             " but the attention writes bf16 or fp16");
-  MSA_CHECK(shape.num_q_heads >= 1, fn, ": shape.num_q_heads = ", shape.num_q_heads,
+  MSA_CHECK(args.num_q_heads >= 1, fn, ": args.num_q_heads = ", args.num_q_heads,
             " but at least 1 is needed");
   MSA_CHECK(std::int64_t(num_ranks) * select.topk <= kMaxMergeCandidates, fn, ": num_ranks * topk = ",
             num_ranks, " * ", select.topk, " exceeds ", kMaxMergeCandidates);
@@ -82,36 +82,36 @@ std::size_t LayerPlan::partial_bytes() const {
   return std::size_t(partial_rows()) * (kHeadDim * dtype_bytes(out_dtype) + sizeof(float));
 }
 
-std::size_t layer_workspace_bytes(const BatchMetadata& meta, const SelectShape& select,
-                                  const AttentionShape& shape, std::int32_t num_ranks) {
+std::size_t layer_workspace_bytes(const BatchMetadata& meta, const SelectShape& select, const AttentionArgs& args,
+                                  std::int32_t num_ranks, const AttentionTuning& tuning) {
   const char* fn = "cp::layer_workspace_bytes";
   detail::check_sharding(fn, Sharding{num_ranks, 0}, 0);
-  check_shapes(fn, select, shape, num_ranks);
-  return layout_of(meta, select, shape, num_ranks).bytes;
+  check_shapes(fn, select, args, num_ranks);
+  return layout_of(meta, select, args, num_ranks, tuning).bytes;
 }
 
 LayerPlan plan_layer(const Group& group, const BatchMetadata& meta, const SelectShape& select,
-                     const AttentionShape& shape, void* workspace, std::size_t workspace_bytes,
-                     Stream stream) {
+                     const AttentionArgs& args, const Workspace& workspace, Stream stream,
+                     const AttentionTuning& tuning) {
   const char* fn = "cp::plan_layer";
   detail::check_sharding(fn, group.sharding, group.rank);
-  check_shapes(fn, select, shape, group.sharding.num_ranks);
+  check_shapes(fn, select, args, group.sharding.num_ranks);
   const StepView view = meta.view();
   detail::check_select(fn, view, select);
-  const Layout l = layout_of(meta, select, shape, group.sharding.num_ranks);
-  MSA_CHECK(workspace_bytes >= l.bytes, fn, ": workspace_bytes = ", workspace_bytes, " but ",
+  const Layout l = layout_of(meta, select, args, group.sharding.num_ranks, tuning);
+  MSA_CHECK(workspace.bytes >= l.bytes, fn, ": workspace.bytes = ", workspace.bytes, " but ",
             group.sharding.num_ranks, " ranks x ", meta.num_tokens, " tokens need ", l.bytes);
-  MSA_CHECK(workspace != nullptr, fn, ": workspace is null");
-  MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % kAlign == 0, fn,
-            ": workspace is not ", kAlign, "-byte aligned");
-  auto* base = static_cast<std::uint8_t*>(workspace);
+  MSA_CHECK(workspace.data != nullptr, fn, ": workspace.data is null");
+  MSA_CHECK(reinterpret_cast<std::uintptr_t>(workspace.data) % kAlign == 0, fn,
+            ": workspace.data is not ", kAlign, "-byte aligned");
+  auto* base = static_cast<std::uint8_t*>(workspace.data);
   LayerPlan p;
   p.group = group;
   p.select = select;
   p.num_tokens = meta.num_tokens;
-  p.num_q_heads = shape.num_q_heads;
-  p.out_dtype = shape.out_dtype;
-  p.attention = plan_attention(meta, shape, base + l.attention, l.attention_bytes, stream);
+  p.num_q_heads = args.num_q_heads;
+  p.out_dtype = args.out_dtype;
+  p.attention = plan_attention(meta, args, Workspace{base + l.attention, l.attention_bytes}, stream, tuning);
   p.candidates = reinterpret_cast<Candidate*>(base + l.candidates);
   p.topk = reinterpret_cast<std::int32_t*>(base + l.topk);
   p.owned = reinterpret_cast<std::int32_t*>(base + l.owned);

@@ -31,9 +31,9 @@
 
 #include <cuda.h>
 
-#include "cuda/attention/prepare_once.hpp"
-#include "cuda/attention/ptx.cuh"
-#include "cuda/attention/wgmma.cuh"
+#include "cuda/attention/host/prepare_once.hpp"
+#include "cuda/common/ptx.cuh"
+#include "cuda/common/wgmma.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_check.cuh"
 #include "cuda/indexer/decode_scores.hpp"
@@ -43,9 +43,9 @@
 namespace msa::cuda::indexer {
 namespace {
 
-using attention::ldmatrix_x4;
-using attention::smem_u32;
-namespace sm90 = attention::sm90;
+using ::msa::cuda::ldmatrix_x4;
+using ::msa::cuda::smem_u32;
+namespace sm90 = ::msa::cuda::sm90;
 
 constexpr int kRingBytes = 192 * 1024;
 

@@ -127,8 +127,10 @@ void legacy_scores(const StepView& step, const IndexerArgs& args, float* scores,
 
 }  // namespace
 
-void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, void* workspace,
-           std::size_t workspace_bytes, Stream stream, const DeviceCheck& check) {
+void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, const Workspace& ws,
+           Stream stream, const DeviceCheck& check) {
+  void* const workspace = ws.data;
+  const std::size_t workspace_bytes = ws.bytes;
   check::indexer_shape(step, args);
   check_select_numbers(args.out, args.init_blocks, args.local_blocks, max_blocks);
   const DType kd = args.cache.dtype, qd = args.iq_dtype;
@@ -140,10 +142,10 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
   if (step.num_tokens == 0) return;
   const std::int64_t H = args.num_kv_heads;
   const std::size_t need = scores_bytes(step.num_tokens, H, max_blocks);
-  MSA_CHECK(workspace_bytes >= need, "indexer: workspace_bytes = ", workspace_bytes, " but ",
+  MSA_CHECK(workspace_bytes >= need, "indexer: workspace.bytes = ", workspace_bytes, " but ",
             step.num_tokens, " tokens x ", H, " KV heads x ", max_blocks, " blocks need ", need);
-  MSA_CHECK(workspace != nullptr || need == 0, "indexer: workspace is null");
-  MSA_CHECK(aligned(workspace, 16), "indexer: workspace is not 16-byte aligned");
+  MSA_CHECK(workspace != nullptr || need == 0, "indexer: workspace.data is null");
+  MSA_CHECK(aligned(workspace, 16), "indexer: workspace.data is not 16-byte aligned");
   MSA_CHECK(aligned(args.index_q, 16), "indexer: index_q is not 16-byte aligned");
   const std::int64_t page_bytes =
       kd == DType::nvfp4 ? args.cache.page_stride : args.cache.page_stride * std::int64_t(dtype_bytes(kd));

@@ -179,7 +179,7 @@ void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
   res.traffic = mean_traffic(copies);
   res.device_bytes = double(pool.bytes() + iq.bytes() + topk.bytes() + ws.bytes());
   for (const InputCopy& cp : copies) res.device_bytes += double(cp.d_table.bytes());
-  time_case([&](int i) { cuda::index(st.view, args[std::size_t(i)], max_blocks, ws.get(), ws_bytes, stream); },
+  time_case([&](int i) { cuda::index(st.view, args[std::size_t(i)], max_blocks, {ws.get(), ws_bytes}, stream); },
             res.copies, s, stream, res);
 }
 

@@ -23,10 +23,7 @@ struct BenchSettings {
   std::uint64_t seed = 1;
   double l2_bytes = 50e6;
   double memory_budget = 40e9;  // device bytes for the rotated copies of one case
-  cuda::PrefillOrder prefill_order = cuda::PrefillOrder::query_major;  // of the attention plans
-  std::int32_t decode_splits = 0;                                      // AttentionShape::decode_splits
-  std::int32_t tile_splits = 0;                                        // AttentionShape::tile_splits
-  std::int64_t widen_bytes = -1;                                       // AttentionShape::widen_bytes
+  cuda::AttentionTuning tuning;  // of the attention plans
   bool token_scales = false;  // fp8 caches: per-(token, head) scales instead of one per tensor
 };
 

@@ -20,7 +20,6 @@
 #include "bench_ceilings.hpp"
 #include "bench_sets.hpp"
 #include "commands.hpp"
-#include "cuda/attention/heuristics.hpp"
 #include "cuda/common/check.cuh"
 #include "device_memory.hpp"
 #include "msa/cuda.hpp"
@@ -44,11 +43,11 @@ struct BenchOptions {
   std::uint64_t seed = 1;
   int ceiling_replays = 20;
   std::string prefill = "query-major";  // --prefill: msa::cuda::PrefillOrder of the prefill steps
-  int decode_splits = 0;                // --decode-splits: AttentionShape::decode_splits (0: the plan's)
-  int tile_splits = 0;                  // --tile-splits: AttentionShape::tile_splits (0: the plan's)
+  int decode_splits = 0;                // --decode-splits: AttentionTuning::decode_splits (0: the plan's)
+  int tile_splits = 0;                  // --tile-splits: AttentionTuning::tile_splits (0: the plan's)
   std::string kv_scales = "tensor";     // --kv-scales: fp8 scales per tensor or per (token, head)
   std::string tile_kernel = "auto";     // --tile-kernel: the token-tile kernel (auto: wgmma where it applies)
-  std::int64_t widen_bytes = -1;        // --widen-bytes: AttentionShape::widen_bytes (-1: the default limit)
+  std::int64_t widen_bytes = -1;        // --widen-bytes: AttentionTuning::widen_bytes (-1: the default limit)
   std::string json;
 };
 
@@ -248,16 +247,15 @@ int run_bench(const BenchOptions& o) {
   s.budget_ms = o.budget_ms;
   s.pattern = run_pattern;
   s.seed = o.seed;
-  s.prefill_order = o.prefill == "key-major" ? cuda::PrefillOrder::key_major
-                    : o.prefill == "auto"    ? cuda::PrefillOrder::automatic
-                                             : cuda::PrefillOrder::query_major;
-  s.decode_splits = o.decode_splits;
-  s.tile_splits = o.tile_splits;
-  s.widen_bytes = o.widen_bytes;
+  s.tuning.prefill_order = o.prefill == "key-major" ? cuda::PrefillOrder::key_major
+                           : o.prefill == "auto"    ? cuda::PrefillOrder::automatic
+                                                    : cuda::PrefillOrder::query_major;
+  s.tuning.decode_splits = o.decode_splits;
+  s.tuning.tile_splits = o.tile_splits;
+  s.tuning.widen_bytes = o.widen_bytes;
+  // The mma.sync token tiles instead of the wgmma ones (a comparison).
+  s.tuning.tile_kernel = o.tile_kernel == "mma-sync" ? cuda::TileKernel::mma_sync : cuda::TileKernel::automatic;
   s.token_scales = o.kv_scales == "token";
-  // The mma.sync token tiles instead of the wgmma ones (a comparison; the
-  // switch the GPU tests use).
-  cuda::attention::wgmma_tiles_override.store(o.tile_kernel == "mma-sync" ? 1 : 0);
   s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
   s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
   const std::string pattern_words = o.pattern.empty() ? "each case's (attend random, layer clustered)" : o.pattern;
@@ -426,11 +424,11 @@ Command register_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"query-major", "key-major", "auto"}));
   sub->add_option("--decode-splits", o->decode_splits,
-                  "split-K factor of decode / verify rows (msa::cuda::AttentionShape::decode_splits); 0: the plan's")
+                  "split-K factor of decode / verify rows (msa::cuda::AttentionTuning::decode_splits); 0: the plan's")
       ->capture_default_str()
       ->check(CLI::Range(0, 16));
   sub->add_option("--tile-splits", o->tile_splits,
-                  "ways each prefill token tile is split (msa::cuda::AttentionShape::tile_splits); 0: the plan's")
+                  "ways each prefill token tile is split (msa::cuda::AttentionTuning::tile_splits); 0: the plan's")
       ->capture_default_str()
       ->check(CLI::Range(0, 4));
   sub->add_option("--kv-scales", o->kv_scales, "fp8 caches: scales per tensor or per (token, head)")
@@ -441,7 +439,7 @@ Command register_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "mma-sync"}));
   sub->add_option("--widen-bytes", o->widen_bytes,
-                  "fp8 / nvfp4 prefill tiles: bytes of blocks widened ahead (msa::cuda::AttentionShape::widen_bytes); "
+                  "fp8 / nvfp4 prefill tiles: bytes of blocks widened ahead (msa::cuda::AttentionTuning::widen_bytes); "
                   "-1: the default limit, 0: widen on the fly")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t(-1), std::int64_t(1) << 40));

@@ -140,24 +140,22 @@ CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, 
   single_args_.out = single_out_.get();
   single_args_.topk = index_args_.out;
 
-  cuda::AttentionShape shape;
-  shape.num_q_heads = QH;
-  shape.num_kv_heads = H;
-  shape.topk = K;
+  AttentionArgs problem = attention_args_;
+  problem.topk.topk = K;
   const ccp::SelectShape select{H, K, model.init_blocks, model.local_blocks, max_blocks_};
-  const std::size_t ws = ccp::layer_workspace_bytes(meta_, select, shape, sh.num_ranks);
+  const std::size_t ws = ccp::layer_workspace_bytes(meta_, select, problem, sh.num_ranks);
   layer_ws_ = DeviceBuffer(ws);
-  plan_ = ccp::plan_layer(group, meta_, select, shape, layer_ws_.get(), ws, stream);
+  plan_ = ccp::plan_layer(group, meta_, select, problem, {layer_ws_.get(), ws}, stream);
   sync_stream(stream);
 }
 
 void CpRank::step(cuda::Stream stream) const {
-  cuda::index(view_, index_args_, max_blocks_, scores_.get(), scores_.bytes(), stream);
+  cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
   ccp::run_layer(plan_, view_, scores_.as<float>(), attention_args_, stream);
 }
 
 void CpRank::index_phase(cuda::Stream stream) const {
-  cuda::index(view_, index_args_, max_blocks_, scores_.get(), scores_.bytes(), stream);
+  cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
   ccp::propose(plan_, view_, scores_.as<float>(), stream);
   ccp::exchange_candidates(plan_, stream);
   ccp::merge_topk(plan_, view_, stream);
@@ -172,7 +170,7 @@ void CpRank::attend_phase(cuda::Stream stream) const {
 void CpRank::single_index(cuda::Stream stream) const {
   MSA_CHECK(plan_.group.sharding.num_ranks == 1, "CpRank::single_index: the single-GPU path needs one rank, not ",
             plan_.group.sharding.num_ranks);
-  cuda::index(view_, index_args_, max_blocks_, scores_.get(), scores_.bytes(), stream);
+  cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
 }
 
 void CpRank::single_attend(cuda::Stream stream) const {

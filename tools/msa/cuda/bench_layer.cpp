@@ -138,7 +138,7 @@ void bench_layer(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
     a.block_table = BlockTable{cp.d_index_table.as<std::int32_t>(), m.num_requests, max_blocks, max_blocks};
     a.out = TopkView::token_major(cp.d_topk.as<std::int32_t>(), H, K);
     cuda::insert_index(index_cache, cp.insert_index_args, stream);
-    cuda::index(st.view, a, max_blocks, index_ws.get(), index_ws_bytes, stream);
+    cuda::index(st.view, a, max_blocks, {index_ws.get(), index_ws_bytes}, stream);
   }
   sync_stream(stream);
   double fraction = 0.0;
@@ -183,7 +183,7 @@ void bench_layer(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
     cuda::insert_index(index_cache, cp.insert_index_args, stream);
   };
   auto index = [&](int i) {
-    cuda::index(st.view, copies[std::size_t(i)].index_args, max_blocks, index_ws.get(), index_ws_bytes, stream);
+    cuda::index(st.view, copies[std::size_t(i)].index_args, max_blocks, {index_ws.get(), index_ws_bytes}, stream);
   };
   auto attend = [&](int i) { cuda::attend(plan.plan, st.view, copies[std::size_t(i)].attend_args, stream); };
   // The light stages first, right after the settle, and the heavy index

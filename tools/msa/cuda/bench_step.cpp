@@ -92,22 +92,16 @@ KvPool make_kv_pool(DType dtype, ScaleMode mode, std::int64_t pages, int num_kv_
 
 AttendPlan make_attend_plan(const BenchCase& c, const BenchSettings& s, const BatchMetadata& m, ScaleMode mode,
                             cuda::Stream stream) {
-  cuda::AttentionShape shape;
-  shape.num_q_heads = c.num_q_heads;
-  shape.num_kv_heads = c.num_kv_heads;
-  shape.topk = c.topk;
-  shape.q_dtype = DType::bf16;
-  shape.kv_dtype = c.dtype;
-  shape.out_dtype = DType::bf16;
-  shape.kv_token_scales = mode == ScaleMode::per_token_head;
-  shape.prefill_order = s.prefill_order;
-  shape.decode_splits = s.decode_splits;
-  shape.tile_splits = s.tile_splits;
-  shape.widen_bytes = s.widen_bytes;
+  // The problem: the arguments' plain fields (make_attend_args's, the cache's dtype and scales).
+  KVCacheView cache;
+  cache.dtype = c.dtype;
+  cache.num_kv_heads = c.num_kv_heads;
+  cache.scale_mode = mode;
+  const AttentionArgs problem = make_attend_args(c, nullptr, nullptr, nullptr, cache, nullptr, m.num_requests, 0);
   AttendPlan p;
-  const std::size_t bytes = cuda::attention_workspace_bytes(m, shape);
+  const std::size_t bytes = cuda::attention_workspace_bytes(m, problem, s.tuning);
   p.workspace = DeviceBuffer(bytes);
-  p.plan = cuda::plan_attention(m, shape, p.workspace.get(), bytes, stream);
+  p.plan = cuda::plan_attention(m, problem, {p.workspace.get(), bytes}, stream, s.tuning);
   return p;
 }
 

@@ -119,7 +119,7 @@ struct CaseState {
   std::vector<std::uint8_t> g_cache, g_index;
   std::vector<float> g_k_scales, g_v_scales;
   // Device copy of the step.
-  DeviceBuffer query_start, seq_lens, token_request, table, index_table;
+  DeviceBuffer step, table, index_table;
   StepView gstep;
   // The top-k the attention reads, chosen from the GPU's scores.
   std::vector<std::int32_t> topk;
@@ -209,15 +209,10 @@ void insert_stage(CaseState& st) {
 
 void upload_step(CaseState& st) {
   const BatchMetadata& m = st.d.meta;
-  st.query_start = to_device(m.query_start);
-  st.seq_lens = to_device(m.seq_lens);
-  st.token_request = to_device(m.token_request);
+  st.step = DeviceBuffer(cuda::step_workspace_bytes(m));
+  st.gstep = cuda::upload_step(m, {st.step.get(), st.step.bytes()}, st.s);
   st.table = to_device(st.d.block_table);
   st.index_table = to_device(st.d.index_table);
-  st.gstep = m.view();
-  st.gstep.query_start = st.query_start.as<std::int32_t>();
-  st.gstep.seq_lens = st.seq_lens.as<std::int32_t>();
-  st.gstep.token_request = st.token_request.as<std::int32_t>();
 }
 
 void index_stage(CaseState& st) {
@@ -240,7 +235,7 @@ void index_stage(CaseState& st) {
   gargs.cache = index_cache_view(c, d, st.index_cache.get());
   gargs.block_table = block_table_view(d, st.index_table.as<std::int32_t>());
   gargs.out = TopkView::token_major(topk.as<std::int32_t>(), H, K);
-  const Outcome o = run_gpu([&] { cuda::index(st.gstep, gargs, d.max_blocks, ws.get(), ws_bytes, st.s, st.check); },
+  const Outcome o = run_gpu([&] { cuda::index(st.gstep, gargs, d.max_blocks, {ws.get(), ws_bytes}, st.s, st.check); },
                             st.check, st.s);
   st.note_check("index", o);
   const std::vector<float> g_scores = to_host<float>(ws, std::size_t(T * H * nb));
@@ -336,21 +331,14 @@ void attend_stage(CaseState& st) {
   gargs.topk = TopkView::token_major(topk.as<std::int32_t>(), H, K);
   gargs.cache = main_cache_view(c, d, st.cache.get(), st.k_scales.as<float>(), st.v_scales.as<float>());
   gargs.block_table = block_table_view(d, st.table.as<std::int32_t>());
-  cuda::AttentionShape shape;
-  shape.num_q_heads = QH;
-  shape.num_kv_heads = H;
-  shape.topk = K;
-  shape.q_dtype = c.q_dtype;
-  shape.kv_dtype = c.kv_dtype;
-  shape.out_dtype = c.out_dtype;
-  shape.kv_token_scales = c.scale_mode == ScaleMode::per_token_head;
-  shape.prefill_order = c.key_major ? cuda::PrefillOrder::key_major : cuda::PrefillOrder::query_major;
+  cuda::AttentionTuning tuning;
+  tuning.prefill_order = c.key_major ? cuda::PrefillOrder::key_major : cuda::PrefillOrder::query_major;
   DeviceBuffer ws;
   const Outcome o = run_gpu(
       [&] {
-        const std::size_t bytes = cuda::attention_workspace_bytes(m, shape);
+        const std::size_t bytes = cuda::attention_workspace_bytes(m, gargs, tuning);
         ws = DeviceBuffer(bytes);
-        const cuda::AttentionPlan plan = cuda::plan_attention(m, shape, ws.get(), bytes, st.s);
+        const cuda::AttentionPlan plan = cuda::plan_attention(m, gargs, {ws.get(), bytes}, st.s, tuning);
         cuda::attend(plan, st.gstep, gargs, st.s, st.check);
       },
       st.check, st.s);

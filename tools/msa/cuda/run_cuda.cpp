@@ -58,16 +58,11 @@ CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
   DeviceBuffer topk(w.topk.size() * sizeof(std::int32_t));
   DeviceBuffer out(w.out.size());
   DeviceBuffer lse(w.lse.size() * sizeof(float));
-  const DeviceBuffer query_start = to_device(meta.query_start);
-  const DeviceBuffer seq_lens = to_device(meta.seq_lens);
-  const DeviceBuffer token_request = to_device(meta.token_request);
+  DeviceBuffer step_ws(cuda::step_workspace_bytes(meta));
   DeviceBuffer check_buffer(8 * sizeof(std::int64_t));
   const cuda::DeviceCheck check{check_buffer.as<std::int64_t>()};
 
-  StepView step = meta.view();
-  step.query_start = query_start.as<std::int32_t>();
-  step.seq_lens = seq_lens.as<std::int32_t>();
-  step.token_request = token_request.as<std::int32_t>();
+  const StepView step = cuda::upload_step(meta, {step_ws.get(), step_ws.bytes()}, s);
 
   const KVCacheView kv_view = w.kv_view_at(kv.get(), k_scales.as<float>(), v_scales.as<float>());
   InsertKVArgs insert_kv = w.insert_kv_args();
@@ -116,15 +111,7 @@ CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
   aa.topk.data = topk.as<std::int32_t>();
   aa.cache = kv_view;
   aa.block_table = w.table_at(table.as<std::int32_t>());
-  cuda::AttentionShape shape;
-  shape.num_q_heads = m.num_q_heads;
-  shape.num_kv_heads = m.num_kv_heads;
-  shape.topk = m.topk;
-  shape.q_dtype = aa.q_dtype;
-  shape.kv_dtype = aa.cache.dtype;
-  shape.out_dtype = aa.out_dtype;
-  shape.kv_token_scales = aa.cache.scale_mode == ScaleMode::per_token_head;
-  const std::size_t attend_ws_bytes = cuda::attention_workspace_bytes(meta, shape);
+  const std::size_t attend_ws_bytes = cuda::attention_workspace_bytes(meta, aa);
   DeviceBuffer attend_ws(attend_ws_bytes);
 
   cuda::reset_check(check, s);
@@ -145,10 +132,10 @@ CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
   // ---- index and attend (warm-up, then timed) --------------------------------------
   for (int pass = 0; pass < 2; ++pass)
     times.index_s = time_on(stream, [&] {
-      cuda::index(step, ia, w.max_blocks, index_ws.get(), index_ws_bytes, s, check);
+      cuda::index(step, ia, w.max_blocks, {index_ws.get(), index_ws_bytes}, s, check);
     });
   const cuda::AttentionPlan plan =
-      cuda::plan_attention(meta, shape, attend_ws.get(), attend_ws_bytes, s);
+      cuda::plan_attention(meta, aa, {attend_ws.get(), attend_ws_bytes}, s);
   for (int pass = 0; pass < 2; ++pass)
     times.attend_s = time_on(stream, [&] { cuda::attend(plan, step, aa, s, check); });
   // ---- the bf16 index of the same keys, for the agreement (untimed) ----------------
@@ -168,7 +155,7 @@ CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
     } else {
       cuda::insert_index(twin.cache, insert_index, s, check);
     }
-    cuda::index(step, twin, w.max_blocks, index_ws.get(), index_ws_bytes, s, check);
+    cuda::index(step, twin, w.max_blocks, {index_ws.get(), index_ws_bytes}, s, check);
     sync_stream(s);
     twin_topk.download(w.twin_topk.data(), w.twin_topk.size() * sizeof(std::int32_t));
   }

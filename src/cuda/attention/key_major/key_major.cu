@@ -1,0 +1,215 @@
+// The steps around the key-major launch (key_major.hpp): work items from the
+// k2q plan, the device's choice, the partials' -inf fill, and the merge of
+// each token's partials (lse-weighted, like the split merge of decode rows).
+#include "cuda/attention/key_major/key_major.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "cuda/attention/decode/epilogue.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device.hpp"
+#include "msa/error.hpp"
+
+namespace msa::cuda::attention {
+namespace {
+
+constexpr int kPrepThreads = 256;
+
+std::int64_t blocks_for(std::int64_t n, int threads = kPrepThreads) { return (n + threads - 1) / threads; }
+
+// One warp per k2q row (KV head h, request r, block b; rows of head h are
+// h * rows + row_start[r] + b): its edges cut into items of up to T tokens,
+// placed at a reserved run of the item array (stats[0] counts them), the
+// lanes writing every 32nd item.
+//   offsets: [kv_heads * rows + 1]; items: [max_items]; seq_lens: [num_requests]
+__global__ void write_items(const std::int64_t* offsets, std::int64_t rows, int num_kv_heads,
+                            const std::int32_t* seq_lens, int num_requests, int tokens_per_tile,
+                            KeyMajorItem* items, std::int64_t max_items, std::int64_t* stats) {
+  __shared__ std::int64_t row_start[kKeyMajorMaxRequests + 1];
+  for (int r = threadIdx.x; r < num_requests; r += blockDim.x)
+    row_start[r + 1] = seq_lens[r] > 0 ? (std::int64_t(seq_lens[r]) + kBlockKeys - 1) / kBlockKeys : 0;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    row_start[0] = 0;
+    for (int r = 0; r < num_requests; ++r) row_start[r + 1] += row_start[r];
+  }
+  __syncthreads();
+  const std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows * num_kv_heads) return;
+  const std::int64_t first = offsets[row], edges = offsets[row + 1] - first;
+  if (edges <= 0) return;
+  const int h = int(row / rows);
+  const std::int64_t local = row - std::int64_t(h) * rows;
+  int lo = 0, hi = num_requests - 1;  // the last request with row_start[r] <= local
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (row_start[mid] <= local) lo = mid;
+    else hi = mid - 1;
+  }
+  const std::int64_t n = (edges + tokens_per_tile - 1) / tokens_per_tile;
+  std::int64_t at = 0;
+  if (lane == 0) at = std::int64_t(atomicAdd(reinterpret_cast<unsigned long long*>(stats), static_cast<unsigned long long>(n)));
+  at = __shfl_sync(0xffffffffu, at, 0);
+  for (std::int64_t i = lane; i < n && at + i < max_items; i += 32) {
+    KeyMajorItem it;
+    it.head = h;
+    it.request = lo;
+    it.block = int(local - row_start[lo]);
+    it.edge = int(first + i * tokens_per_tile);
+    it.count = int(edges - i * tokens_per_tile < tokens_per_tile ? edges - i * tokens_per_tile : tokens_per_tile);
+    it.pad[0] = it.pad[1] = it.pad[2] = 0;
+    items[at + i] = it;
+  }
+}
+
+// The (token tile, block) pairs the token-tile kernel would run: edges whose
+// token falls in another tile of T tokens than the previous edge's (stats[1]).
+//   offsets: [kv_heads * rows + 1]; tokens: [edges]
+__global__ void count_tile_rounds(const std::int64_t* offsets, std::int64_t total_rows, const std::int32_t* tokens,
+                                  int tokens_per_tile, std::int64_t* stats) {
+  const std::int64_t nnz = offsets[total_rows];
+  long long count = 0;
+  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < nnz;
+       e += std::int64_t(gridDim.x) * blockDim.x)
+    count += e == 0 || tokens[e] / tokens_per_tile != tokens[e - 1] / tokens_per_tile;
+  for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
+  if ((threadIdx.x & 31) == 0 && count > 0)
+    atomicAdd(reinterpret_cast<unsigned long long*>(stats + 1), static_cast<unsigned long long>(count));
+}
+
+// The choice: stats[2] = items when key-major runs (else 0), stats[3] = 0 when it
+// does (else the largest count, so that the token tiles run in full).
+__global__ void choose_kernel(std::int64_t* stats, std::int64_t max_items, bool always) {
+  const std::int64_t items = stats[0] < max_items ? stats[0] : max_items;
+  const bool key_major = prefer_key_major(stats[1], items, always);
+  stats[2] = key_major ? items : 0;
+  stats[3] = key_major ? 0 : std::numeric_limits<std::int64_t>::max();
+}
+
+// -inf in every partial lse (slots no edge writes stay out of the merge).
+__global__ void fill_lse(float* lse, std::int64_t n, const std::int64_t* gate) {
+  if (*gate == 0) return;
+  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += std::int64_t(gridDim.x) * blockDim.x)
+    lse[i] = -INFINITY;
+}
+
+template <bool kF16>
+__device__ __forceinline__ float to_float(std::uint16_t x) {
+  if constexpr (kF16) return __half2float(__ushort_as_half(x));
+  else return __uint_as_float(std::uint32_t(x) << 16);
+}
+
+// One warp per (token, query head) row in [first_row, end_row): out = sum_k
+// w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
+// 0 and -inf when no slot has a partial; a row whose slot 0 holds +inf (a
+// token tile that ran whole in a step whose last tiles split) is left as it
+// is. Each lane owns 4 of the 128 dims. Runs when gate is null or *gate != 0.
+//   partial_out: [rows, topk, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
+template <bool kF16>
+__global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk,
+                               std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse,
+                               const std::int64_t* gate) {
+  if (gate != nullptr && *gate == 0) return;
+  const std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= end_row) return;
+  const float* l = partial_lse + row * topk;
+  const float a = lane < topk ? l[lane] : -INFINITY, b = lane + 32 < topk ? l[lane + 32] : -INFINITY;
+  if (__shfl_sync(0xffffffffu, a, 0) == INFINITY) return;  // uniform over the warp
+  float mx = fmaxf(a, b);
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  const float wa = a == -INFINITY ? 0.0f : __expf(a - mx), wb = b == -INFINITY ? 0.0f : __expf(b - mx);
+  float sum = wa + wb;
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const std::uint16_t* po = partial_out + row * topk * kDim + 4 * lane;
+  for (int k = 0; k < topk; ++k) {
+    const float w = __shfl_sync(0xffffffffu, k < 32 ? wa : wb, k & 31);
+    if (w == 0.0f) continue;  // uniform over the warp
+    const uint2 v = *reinterpret_cast<const uint2*>(po + std::int64_t(k) * kDim);
+    acc[0] += w * to_float<kF16>(std::uint16_t(v.x & 0xffffu));
+    acc[1] += w * to_float<kF16>(std::uint16_t(v.x >> 16));
+    acc[2] += w * to_float<kF16>(std::uint16_t(v.y & 0xffffu));
+    acc[3] += w * to_float<kF16>(std::uint16_t(v.y >> 16));
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  uint2 o;
+  o.x = pack2<kF16>(acc[0] * inv, acc[1] * inv);
+  o.y = pack2<kF16>(acc[2] * inv, acc[3] * inv);
+  *reinterpret_cast<uint2*>(out + row * kDim + 4 * lane) = o;
+  if (lse != nullptr && lane == 0) lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+}
+
+}  // namespace
+
+void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& schedule, const StepView& step,
+                       const AttentionArgs& args, const AttendParams& p, bool always, cudaStream_t stream,
+                       const DeviceCheck& check) {
+  const AttentionWorkspaceMap& l = km.map;
+  const std::int64_t rows = schedule.key_major_rows;
+  const int tokens_per_tile = schedule.tile_tokens;
+  MSA_CHECK(step.num_requests <= kKeyMajorMaxRequests, "attend: key-major step with ", step.num_requests,
+            " requests, at most ", kKeyMajorMaxRequests);
+  const std::int64_t total_rows = rows * p.num_kv_heads;
+  MSA_CUDA_CHECK(cudaMemsetAsync(km.stats(), 0, 4 * sizeof(std::int64_t), stream));
+  K2QDevicePlan plan;
+  plan.offsets = reinterpret_cast<std::int64_t*>(km.base + l.k2q_offsets);
+  plan.tokens = km.tokens();
+  plan.slots = km.slots();
+  plan.counts = reinterpret_cast<std::int32_t*>(km.base + l.k2q_counts);
+  build_k2q(step, args.topk, p.num_kv_heads, rows, plan, km.base + l.k2q_scratch, l.k2q_scratch_bytes, stream,
+            check);
+  if (total_rows > 0)
+    write_items<<<dim3(unsigned(blocks_for(total_rows * 32))), kPrepThreads, 0, stream>>>(
+        plan.offsets, rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_tile, km.items(),
+        l.km_max_items, km.stats());
+  MSA_CUDA_CHECK_LAUNCH();
+  const int sms = device_sm_count();  // grid-stride passes: a few blocks per SM
+  count_tile_rounds<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(plan.offsets, total_rows, km.tokens(),
+                                                                         tokens_per_tile, km.stats());
+  MSA_CUDA_CHECK_LAUNCH();
+  choose_kernel<<<1, 1, 0, stream>>>(km.stats(), l.km_max_items, always);
+  MSA_CUDA_CHECK_LAUNCH();
+  const std::int64_t partials = std::int64_t(step.num_tokens) * p.num_q_heads * p.topk.topk;
+  fill_lse<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(km.partial_lse(), partials, km.key_major_gate());
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// merge_partials over rows [first_row, end_row) of out / lse.
+void merge_rows(const void* partial_out, const float* partial_lse, int slots, std::int64_t first_row,
+                std::int64_t end_row, const AttendParams& p, const std::int64_t* gate, cudaStream_t stream) {
+  if (end_row <= first_row) return;
+  const auto grid = dim3(unsigned(blocks_for((end_row - first_row) * 32)));
+  const auto* po = static_cast<const std::uint16_t*>(partial_out);
+  auto* out = static_cast<std::uint16_t*>(p.out);
+  if (p.out_fp16)
+    merge_partials<true><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, first_row, end_row, out, p.lse,
+                                                        gate);
+  else
+    merge_partials<false><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, first_row, end_row, out, p.lse,
+                                                         gate);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream) {
+  merge_rows(km.partial_out(), km.partial_lse(), p.topk.topk, 0, std::int64_t(p.num_tokens) * p.num_q_heads, p,
+             km.key_major_gate(), stream);
+}
+
+void combine_tile_splits(const AttendParams& p, cudaStream_t stream) {
+  merge_rows(p.tile_partial_out, p.tile_partial_lse, p.tile_splits, std::int64_t(p.num_decode_tokens) * p.num_q_heads,
+             std::int64_t(p.num_tokens) * p.num_q_heads, p, nullptr, stream);
+}
+
+}  // namespace msa::cuda::attention
