@@ -79,7 +79,7 @@ void exact_rows(const KVCacheView& c, bool with_v, std::int64_t shift) {
       if (with_v) rows.push_back(Row{h * hs + t * c.token_stride + shift, 1, h, t});
     }
   }
-  std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.at < b.at; });
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.at < b.at; });
   for (std::size_t i = 1; i < rows.size(); ++i) {
     const Row& a = rows[i - 1];
     const Row& b = rows[i];
