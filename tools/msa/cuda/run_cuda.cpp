@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "device_memory.hpp"
@@ -32,7 +33,38 @@ double time_on(cudaStream_t stream, Fn&& fn) {
   return double(ms) * 1e-3;
 }
 
+// The attention shape of the step's workload.
+cuda::AttentionShape shape_of(const WorkloadSpec& spec) {
+  cuda::AttentionShape shape;
+  shape.num_q_heads = spec.model.num_q_heads;
+  shape.num_kv_heads = spec.model.num_kv_heads;
+  shape.topk = spec.model.topk;
+  shape.q_dtype = spec.q_dtype;
+  shape.kv_dtype = spec.kv_dtype;
+  shape.out_dtype = spec.q_dtype == DType::fp16 ? DType::fp16 : DType::bf16;
+  shape.kv_token_scales = is_fp8(spec.kv_dtype) && spec.fp8_scales == ScaleMode::per_token_head;
+  return shape;
+}
+
 }  // namespace
+
+double run_step_cuda_bytes(const WorkloadSpec& spec) {
+  const WorkloadBytes b = workload_bytes(spec);
+  BatchSpec batch;
+  for (const RequestShape& r : spec.requests) {
+    batch.query_lens.push_back(r.query_len);
+    batch.seq_lens.push_back(r.query_len + r.context_len);
+  }
+  batch.decode_threshold = spec.decode_threshold;
+  const BatchMetadata meta = build_metadata(batch);
+  std::int32_t max_blocks = 0;
+  for (std::int32_t r = 0; r < meta.num_requests; ++r) max_blocks = std::max(max_blocks, meta.num_blocks(r));
+  return 2 * b.kv_cache + b.index_cache + b.step +
+         double(cuda::index_workspace_bytes(meta.num_tokens, spec.model.num_kv_heads, max_blocks)) +
+         double(cuda::attention_workspace_bytes(meta, shape_of(spec)));
+}
+
+double device_free_bytes() { return double(device_info().free_bytes); }
 
 CudaStageTimes run_step_cuda(Workload& w) {
   CudaStageTimes times;
@@ -92,14 +124,7 @@ CudaStageTimes run_step_cuda(Workload& w) {
   aa.topk.data = topk.as<std::int32_t>();
   aa.cache = kv_view;
   aa.block_table = w.table_at(table.as<std::int32_t>());
-  cuda::AttentionShape shape;
-  shape.num_q_heads = m.num_q_heads;
-  shape.num_kv_heads = m.num_kv_heads;
-  shape.topk = m.topk;
-  shape.q_dtype = aa.q_dtype;
-  shape.kv_dtype = aa.cache.dtype;
-  shape.out_dtype = aa.out_dtype;
-  shape.kv_token_scales = aa.cache.scale_mode == ScaleMode::per_token_head;
+  const cuda::AttentionShape shape = shape_of(w.spec());
   const std::size_t attend_ws_bytes = cuda::attention_workspace_bytes(meta, shape);
   DeviceBuffer attend_ws(attend_ws_bytes);
 

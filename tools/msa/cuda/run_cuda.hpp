@@ -14,6 +14,13 @@ struct CudaStageTimes {
   std::string device;  // e.g. "NVIDIA H200"
 };
 
+// Device bytes run_step_cuda allocates for a workload of this spec (the KV
+// cache twice: as before the insert and the copy the step writes), computed
+// before anything is allocated.
+double run_step_cuda_bytes(const WorkloadSpec& spec);
+// Free memory of the current device, bytes.
+double device_free_bytes();
+
 // Copies the workload to the device, runs insert, index and attend there with
 // the device checks on, and copies the caches, top-k, output and lse back into
 // the workload's host buffers, so the float64 oracle checks what the GPU did.
