@@ -8,6 +8,8 @@
 # /tmp, with this tree's bench sources tools/msa/cuda/bench_* copied in so
 # that both binaries know the same cases and count the same way), then runs `msa bench BENCH ARGS` with both, writing
 # $OUT/NAME_new.json and $OUT/NAME_old.json and the tables to $OUT/logs.
+# OWN_BENCH=1 builds OLD_COMMIT with its own bench sources instead (when this
+# tree's bench needs library features OLD_COMMIT lacks; compare cases both know).
 set -uo pipefail
 OLD=$1; ARGS=$2; NAME=${3:-bench}
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT/logs"
@@ -17,12 +19,15 @@ build() {  # build DIR SRC
 }
 if [[ ! -d /tmp/msa_old ]]; then
   git worktree add -f /tmp/msa_old "$OLD" >/dev/null 2>&1 || { echo "no worktree for $OLD"; exit 1; }
-  cp tools/msa/cuda/bench_* /tmp/msa_old/tools/msa/cuda/
+  [[ "${OWN_BENCH:-0}" == 1 ]] || cp tools/msa/cuda/bench_* /tmp/msa_old/tools/msa/cuda/
 fi
 build build-gpu . & build /tmp/msa_old/build /tmp/msa_old & wait
-[[ -x build-gpu/msa && -x /tmp/msa_old/build/msa ]] || { tail -20 "$OUT"/logs/build_*.log; exit 1; }
+# The command is bin/msa; commits before that layout wrote it to the build folder's top.
+old_bin=/tmp/msa_old/build/bin/msa
+[[ -x $old_bin ]] || old_bin=/tmp/msa_old/build/msa
+[[ -x build-gpu/bin/msa && -x $old_bin ]] || { tail -20 "$OUT"/logs/build_*.log; exit 1; }
 # shellcheck disable=SC2086
-build-gpu/msa bench $ARGS --json "$OUT/${NAME}_new.json" >"$OUT/logs/${NAME}_new.txt" 2>&1
+build-gpu/bin/msa bench $ARGS --json "$OUT/${NAME}_new.json" >"$OUT/logs/${NAME}_new.txt" 2>&1
 # shellcheck disable=SC2086
-/tmp/msa_old/build/msa bench $ARGS --json "$OUT/${NAME}_old.json" >"$OUT/logs/${NAME}_old.txt" 2>&1
+"$old_bin" bench $ARGS --json "$OUT/${NAME}_old.json" >"$OUT/logs/${NAME}_old.txt" 2>&1
 echo "== new"; cat "$OUT/logs/${NAME}_new.txt"; echo "== old ($OLD)"; cat "$OUT/logs/${NAME}_old.txt"

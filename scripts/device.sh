@@ -4,7 +4,7 @@
 # benchmarks, and leave logs and JSON under $OUT.
 #
 #   bash scripts/device.sh [--tests REGEX] [--cpu-tests] [--sanitize] [--run] [--check ARGS]
-#                          [--bench ARGS] [--targets "T1 T2"] [--no-gpu-tests]
+#                          [--bench ARGS] [--examples] [--targets "T1 T2"] [--no-gpu-tests]
 #
 #   --tests REGEX   only GPU tests whose name matches (ctest -R)
 #   --cpu-tests     also run the CPU test label
@@ -13,6 +13,8 @@
 #   --run           run `msa run --backend cuda` (the default workload) -> $OUT/run.json
 #   --check ARGS    run `msa check ARGS` (e.g. "--quick") -> $OUT/check.json
 #   --bench ARGS    run `msa bench ARGS` (use "" for the default sweep) -> $OUT/bench.json
+#   --examples      install the build to $BUILD/install, build examples/ against it
+#                   (find_package(msa)) and run the three examples
 #   --no-gpu-tests  skip the GPU test label (e.g. a bench-only call)
 #   --targets LIST  build only these targets (default: everything)
 set -uo pipefail
@@ -26,6 +28,7 @@ LOG="$OUT/logs"
 mkdir -p "$LOG"
 BUILD=${BUILD:-build-gpu}
 TESTS=""; CPU=0; SAN=0; BENCH=0; BENCH_ARGS=""; TARGETS=""; RUN=0; CHECK=0; CHECK_ARGS=""; GPU_TESTS=1
+EXAMPLES=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --tests) TESTS="$2"; shift 2 ;;
@@ -35,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --run) RUN=1; shift ;;
     --check) CHECK=1; CHECK_ARGS="$2"; shift 2 ;;
     --no-gpu-tests) GPU_TESTS=0; shift ;;
+    --examples) EXAMPLES=1; shift ;;
     --targets) TARGETS="$2"; shift 2 ;;
     *) echo "device.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -98,19 +102,34 @@ fi
 
 if [[ $RUN -eq 1 ]]; then
   step "msa run --backend cuda"
-  "$BUILD"/msa run --backend cuda --quiet --json "$OUT/run.json" >"$LOG/run.txt" 2>&1 || status=1
+  "$BUILD"/bin/msa run --backend cuda --quiet --json "$OUT/run.json" >"$LOG/run.txt" 2>&1 || status=1
   tail -14 "$LOG/run.txt"
 fi
 
 if [[ $CHECK -eq 1 ]]; then
   step "msa check"
-  timeout $CHECK_LIMIT "$BUILD"/msa check $CHECK_ARGS --json "$OUT/check.json" >"$LOG/check.txt" 2>&1 || status=1
+  timeout $CHECK_LIMIT "$BUILD"/bin/msa check $CHECK_ARGS --json "$OUT/check.json" >"$LOG/check.txt" 2>&1 || status=1
   tail -25 "$LOG/check.txt"
 fi
 
 if [[ $BENCH -eq 1 ]]; then
   step "bench"
-  timeout $BENCH_LIMIT "$BUILD"/msa bench $BENCH_ARGS --json "$OUT/bench.json" 2>&1 | tee "$LOG/bench.txt" || status=1
+  timeout $BENCH_LIMIT "$BUILD"/bin/msa bench $BENCH_ARGS --json "$OUT/bench.json" 2>&1 | tee "$LOG/bench.txt" || status=1
+fi
+if [[ $EXAMPLES -eq 1 ]]; then
+  # As a consumer would: the installed package, then examples/ with find_package(msa).
+  # (The examples need the installed targets: with --targets, include the default set.)
+  step "examples"
+  prefix="$(cd "$BUILD" && pwd)/install"
+  { cmake --install "$BUILD" --prefix "$prefix" &&
+      cmake -S examples -B "$BUILD/examples" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" &&
+      cmake --build "$BUILD/examples" -j 16; } >"$LOG/examples_build.log" 2>&1 ||
+    { tail -30 "$LOG/examples_build.log"; status=1; }
+  for e in cpu_decode gpu_decode_graph gpu_prefill_k2q; do
+    echo "-- $e"
+    timeout 120 "$BUILD/examples/$e" 2>&1 | tee "$LOG/example_$e.txt"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "example FAILED: $e"; status=1; }
+  done
 fi
 tar czf "$OUT/logs.tar.gz" -C "$LOG" . && rm -rf "$LOG"
 step "done (status $status)"

@@ -91,17 +91,42 @@ KVCacheView make_nvfp4_cache_view(void* base, std::int64_t num_pages, int num_kv
 std::int64_t cache_extent(const KVCacheView& c);
 
 // ---- index cache (contract 4.2) ------------------------------------------------
-// [num_pages][128 tokens][128], bf16 or fp8 e4m3 (plain saturating cast, no scale).
+// bf16 / fp8 e4m3 (plain saturating cast, no scale): [num_pages][128 tokens][128],
+// page_stride in elements. nvfp4: [num_pages][128 tokens][72 bytes] (per token 64
+// data bytes, then 8 e4m3 group scales; index_nvfp4 below), page_stride in bytes,
+// values e2m1(code) * group scale * global_scale.
 struct IndexCacheView {
   DType dtype = DType::bf16;
   void* base = nullptr;
   std::int64_t num_pages = 0;
-  std::int64_t page_stride = std::int64_t(kBlockSize) * kHeadDim;  // elements
+  std::int64_t page_stride = std::int64_t(kBlockSize) * kHeadDim;  // elements (nvfp4: bytes)
+  float global_scale = 1.0f;  // nvfp4 only: the cache's dequant scale
 
+  // Element offset of feature d of a token (bf16 / fp8 only).
   MSA_HD std::int64_t offset(std::int64_t page, std::int64_t token, std::int64_t d) const {
     return page * page_stride + token * kHeadDim + d;
   }
 };
+
+// The nvfp4 index page: one 72-byte row per token.
+namespace index_nvfp4 {
+inline constexpr std::int64_t kDataBytes = 64;   // per token: 128 e2m1 codes, element 2i in the low nibble of byte i
+inline constexpr std::int64_t kScaleBytes = 8;   // per token: the e4m3 scale of elements 16g .. 16g + 15 at byte g
+inline constexpr std::int64_t kRowBytes = kDataBytes + kScaleBytes;  // 72
+inline constexpr std::int64_t kPageBytes = kBlockSize * kRowBytes;   // 9,216
+// Byte offset of a token's row from the cache base.
+MSA_HD std::int64_t row_offset(const IndexCacheView& c, std::int64_t page, std::int64_t token) {
+  return page * c.page_stride + token * kRowBytes;
+}
+}  // namespace index_nvfp4
+
+// Bytes of one compact index page: 32,768 (bf16), 16,384 (fp8), 9,216 (nvfp4).
+std::int64_t index_page_bytes(DType dtype);
+
+// An index cache view; `page_stride` 0 means compact (elements for bf16 / fp8,
+// bytes for nvfp4); `global_scale` is the nvfp4 dequant scale.
+IndexCacheView make_index_cache_view(DType dtype, void* base, std::int64_t num_pages,
+                                     std::int64_t page_stride = 0, float global_scale = 1.0f);
 
 // ---- block table ----------------------------------------------------------------
 // Row r, column b: the physical page of request r's logical block b.

@@ -6,7 +6,9 @@
 
 #include "msa/batch.hpp"
 #include "msa/cache.hpp"
+#include "msa/dtype.hpp"
 #include "msa/ops.hpp"
+#include "msa/pre_attention.hpp"
 
 namespace msa::cpu {
 
@@ -26,8 +28,25 @@ struct Options {
 // amax is 0) and written to cache.k_scales / cache.v_scales.
 void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, const Options& opt = {});
 
-// Writes each token's index key (bf16, or fp8 e4m3 by a plain saturating cast).
+// Writes each token's index key: bf16; fp8 e4m3 by a plain saturating cast; or
+// nvfp4, quantized like the nvfp4 KV cache under cache.global_scale (contract 4.2).
 void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, const Options& opt = {});
+
+// Pre-attention (msa/pre_attention.hpp): Q/K norm and partial RoPE of the qkv
+// rows, q and index q into their buffers, K and V into `cache` and the index
+// key into `index_cache` through cpu::insert_kv / insert_index. Without
+// opt.check a token whose position is outside the cos/sin table is skipped
+// whole (nothing of it is written) and bad slots are skipped.
+void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache,
+                   const PreAttentionArgs& args, const Options& opt = {});
+
+// The index query of an fp8_e4m3 index cache: each bf16 / fp16 value cast to
+// fp8 e4m3 by the plain saturating cast insert_index applies to the keys
+// (round to nearest even, beyond +-448 to +-448, NaN to NaN, no scale;
+// contract 3). Pass the result as index_q with iq_dtype fp8_e4m3.
+//   src: [n] src_dtype (bf16 or fp16), dst: [n] e4m3
+void cast_index_query_e4m3(const void* src, DType src_dtype, std::int64_t n, void* dst,
+                           const Options& opt = {});
 
 // Block scores: scores[t, h, b] = max over visible tokens j of block b (j <= p)
 // of dot(index_q[t, h], index_k[j]) in fp32; -inf for b > p / 128.

@@ -15,6 +15,7 @@
 #include "msa/batch.hpp"
 #include "msa/cache.hpp"
 #include "msa/ops.hpp"
+#include "msa/pre_attention.hpp"
 
 namespace msa::cuda {
 
@@ -41,6 +42,15 @@ void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, Stream stream
                const DeviceCheck& check = {});
 void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, Stream stream,
                   const DeviceCheck& check = {});
+
+// ---- pre-attention ---------------------------------------------------------------
+// msa/pre_attention.hpp, bit-identical to cpu::pre_attention: one pass over qkv,
+// 16 lanes per (token, head). Allocates nothing and never synchronizes (safe
+// to capture in a CUDA graph). Device data is not read on the host: a
+// position outside the cos/sin table skips its token whole, a slot beyond its
+// cache skips that store, and both are recorded in the DeviceCheck.
+void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache,
+                   const PreAttentionArgs& args, Stream stream, const DeviceCheck& check = {});
 
 // ---- indexer -------------------------------------------------------------------
 // Bytes of scratch that index() needs: the block scores

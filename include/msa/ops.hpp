@@ -49,7 +49,9 @@ struct InsertIndexArgs {
 // Indexer: block scores and top-k selection (contract 5).
 struct IndexerArgs {
   const void* index_q = nullptr;    // [num_tokens, num_kv_heads, 128], iq_dtype
-  DType iq_dtype = DType::bf16;     // bf16 or fp16
+  // bf16 or fp16; or fp8_e4m3 with an fp8_e4m3 cache (the query cast like the
+  // keys: plain saturating), which the GPU scores on fp8 tensor cores.
+  DType iq_dtype = DType::bf16;
   std::int32_t num_kv_heads = 0;
   std::int32_t init_blocks = 0;
   std::int32_t local_blocks = 1;

@@ -106,6 +106,33 @@ KVCacheView make_nvfp4_cache_view(void* base, std::int64_t num_pages, int num_kv
   return c;
 }
 
+std::int64_t index_page_bytes(DType dtype) {
+  if (dtype == DType::nvfp4) return index_nvfp4::kPageBytes;
+  MSA_CHECK(dtype == DType::bf16 || dtype == DType::fp8_e4m3, "index cache dtype = ", dtype_name(dtype),
+            " is not an index cache dtype (expected bf16, fp8_e4m3 or nvfp4)");
+  return std::int64_t(kBlockSize) * kHeadDim * std::int64_t(dtype_bytes(dtype));
+}
+
+IndexCacheView make_index_cache_view(DType dtype, void* base, std::int64_t num_pages, std::int64_t page_stride,
+                                     float global_scale) {
+  const std::int64_t page_bytes = index_page_bytes(dtype);
+  MSA_CHECK(num_pages >= 0, "num_pages = ", num_pages, " must be >= 0");
+  MSA_CHECK(std::isfinite(global_scale) && global_scale > 0.0f, "global_scale = ", global_scale,
+            " must be finite and positive");
+  // Compact stride in the unit of page_stride: bytes for nvfp4, elements otherwise.
+  const std::int64_t compact = dtype == DType::nvfp4 ? page_bytes : std::int64_t(kBlockSize) * kHeadDim;
+  if (page_stride == 0) page_stride = compact;
+  MSA_CHECK(page_stride >= compact, "page_stride = ", page_stride, " is smaller than one index page (",
+            compact, dtype == DType::nvfp4 ? " bytes)" : " elements)");
+  IndexCacheView c;
+  c.dtype = dtype;
+  c.base = base;
+  c.num_pages = num_pages;
+  c.page_stride = page_stride;
+  c.global_scale = global_scale;
+  return c;
+}
+
 std::int64_t cache_extent(const KVCacheView& c) {
   if (c.num_pages == 0) return 0;
   if (c.dtype == DType::nvfp4) return (c.num_pages - 1) * c.page_stride + 2 * std::int64_t(c.num_kv_heads) * nvfp4::kSlotBytes;

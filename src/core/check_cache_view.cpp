@@ -228,19 +228,26 @@ CacheSpans cache_spans(const KVCacheView& c) {
 }
 
 void index_cache_view(const IndexCacheView& c) {
-  MSA_CHECK(c.dtype == DType::bf16 || c.dtype == DType::fp8_e4m3, "index_cache.dtype = ",
-            dtype_name(c.dtype), " is not an index cache dtype (expected bf16 or fp8_e4m3)");
+  MSA_CHECK(c.dtype == DType::bf16 || c.dtype == DType::fp8_e4m3 || c.dtype == DType::nvfp4, "index_cache.dtype = ",
+            dtype_name(c.dtype), " is not an index cache dtype (expected bf16, fp8_e4m3 or nvfp4)");
   MSA_CHECK(c.num_pages >= 0, "index_cache.num_pages = ", c.num_pages, " must be >= 0");
   if (c.num_pages > 0) MSA_CHECK(c.base != nullptr, "index_cache.base is null");
-  const std::int64_t page = std::int64_t(kBlockSize) * kHeadDim;
+  const bool fp4 = c.dtype == DType::nvfp4;
+  const std::int64_t page = fp4 ? index_nvfp4::kPageBytes : std::int64_t(kBlockSize) * kHeadDim;
   MSA_CHECK(c.page_stride >= page, "index_cache.page_stride = ", c.page_stride,
-            " is smaller than one page (", page, " elements)");
-  aligned("index_cache.base", c.base, std::int64_t(dtype_bytes(c.dtype)), dtype_name(c.dtype));
+            " is smaller than one page (", page, fp4 ? " bytes)" : " elements)");
+  MSA_CHECK(!fp4 || finite_positive(c.global_scale), "index_cache.global_scale = ", c.global_scale,
+            " must be finite and positive");
+  if (!fp4) aligned("index_cache.base", c.base, std::int64_t(dtype_bytes(c.dtype)), dtype_name(c.dtype));
   index_cache_span(c);
 }
 
 Span index_cache_span(const IndexCacheView& c) {
   if (c.num_pages <= 0) return Span{"index_cache", 0, 0};
+  if (c.dtype == DType::nvfp4) {  // page_stride in bytes
+    return span_at("index_cache", c.base,
+                   size_of("index_cache", c.num_pages - 1, c.page_stride, index_nvfp4::kPageBytes));
+  }
   const std::int64_t elements =
       size_of("index_cache", c.num_pages - 1, c.page_stride, std::int64_t(kBlockSize) * kHeadDim);
   return span_at("index_cache", c.base,

@@ -15,13 +15,16 @@ void indexer_inputs_shape(const StepView& step, const IndexerArgs& args) {
   const bool has_tokens = step.num_tokens > 0;
   MSA_CHECK(args.num_kv_heads >= 1, "indexer: num_kv_heads = ", args.num_kv_heads,
             " but at least 1 is needed");
-  MSA_CHECK(is_half(args.iq_dtype), "indexer: iq_dtype = ", dtype_name(args.iq_dtype),
-            " but the index query must be bf16 or fp16");
+  MSA_CHECK(is_half(args.iq_dtype) || (args.iq_dtype == DType::fp8_e4m3 && args.cache.dtype == DType::fp8_e4m3),
+            "indexer: iq_dtype = ", dtype_name(args.iq_dtype), " with an index cache of ",
+            dtype_name(args.cache.dtype),
+            " (the index query is bf16 or fp16, or fp8_e4m3 with an fp8_e4m3 cache)");
   MSA_CHECK(!has_tokens || args.index_q != nullptr, "indexer: index_q is null but the step has ",
             step.num_tokens, " tokens");
-  MSA_CHECK(args.cache.dtype == DType::bf16 || args.cache.dtype == DType::fp8_e4m3,
+  MSA_CHECK(args.cache.dtype == DType::bf16 || args.cache.dtype == DType::fp8_e4m3 ||
+                args.cache.dtype == DType::nvfp4,
             "indexer: cache.dtype = ", dtype_name(args.cache.dtype),
-            " but the index cache must be bf16 or fp8_e4m3");
+            " but the index cache must be bf16, fp8_e4m3 or nvfp4");
   MSA_CHECK(!has_tokens || args.cache.base != nullptr, "indexer: cache.base is null but the step has ",
             step.num_tokens, " tokens");
   MSA_CHECK(args.cache.num_pages >= 0, "indexer: cache.num_pages = ", args.cache.num_pages,

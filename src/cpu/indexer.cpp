@@ -82,8 +82,11 @@ void load_queries(const IndexerArgs& args, std::int32_t begin, std::int32_t end,
     for (std::int64_t i = 0; i < count; ++i) q[i] = num::bf16_to_float(src[i]);
   } else if (args.iq_dtype == DType::fp16) {
     for (std::int64_t i = 0; i < count; ++i) q[i] = num::fp16_to_float(src[i]);
+  } else if (args.iq_dtype == DType::fp8_e4m3) {
+    const auto* codes = static_cast<const std::uint8_t*>(args.index_q) + first;
+    for (std::int64_t i = 0; i < count; ++i) q[i] = num::e4m3_to_float(codes[i]);
   } else {
-    fail("indexer: iq_dtype = ", dtype_name(args.iq_dtype), " but the index query must be bf16 or fp16");
+    fail("indexer: iq_dtype = ", dtype_name(args.iq_dtype), " but the index query must be bf16, fp16 or fp8_e4m3");
   }
 }
 

@@ -50,8 +50,18 @@ void load_key_block(const IndexCacheView& cache, std::int64_t page, KeyBlock& ou
     const auto* src = static_cast<const std::uint8_t*>(cache.base) + first;
     const float* table = e4m3_table().data();
     transpose_block(src, out.v, [table](std::uint8_t c) { return table[c]; });
+  } else if (cache.dtype == DType::nvfp4) {
+    const float* table = e4m3_table().data();
+    for (int j = 0; j < kBlockSize; ++j) {
+      const auto* row = static_cast<const std::uint8_t*>(cache.base) + index_nvfp4::row_offset(cache, page, j);
+      for (int d = 0; d < kHeadDim; ++d) {
+        const std::uint8_t code = (row[d / 2] >> (4 * (d % 2))) & 0xF;
+        out.v[d * kBlockSize + j] =
+            num::e2m1_to_float(code) * table[row[index_nvfp4::kDataBytes + d / 16]] * cache.global_scale;
+      }
+    }
   } else {
-    fail("index cache dtype = ", dtype_name(cache.dtype), " but the indexer reads bf16 or fp8_e4m3");
+    fail("index cache dtype = ", dtype_name(cache.dtype), " but the indexer reads bf16, fp8_e4m3 or nvfp4");
   }
 }
 

@@ -23,7 +23,10 @@ struct alignas(64) KeyBlock {
   float v[kHeadDim * kBlockSize];
 };
 
-// Decodes page `page` of the index cache (bf16 or fp8 e4m3) into `out`.
+// Decodes page `page` of the index cache into `out`: bf16 and fp8 e4m3 values
+// exactly; nvfp4 values as e2m1(code) * group scale * global_scale, multiplied
+// left to right in fp32 (the first product is exact, so each key is the real
+// dequantized value rounded once).
 void load_key_block(const IndexCacheView& cache, std::int64_t page, KeyBlock& out);
 
 // For every row r < num_rows:

@@ -63,12 +63,10 @@ void store_row(const float* x, DType dtype, float scale, void* dst) {
   }
 }
 
-// Quantizes one row of 128 floats into an nvfp4 slot row (contract 4.3): 64
-// data bytes (element 2i in the low nibble of byte i) and 8 group scales.
-//   slot: the slot's base byte ([128 x 64] data, then [128 x 8] scales)
-void store_nvfp4_row(const float* x, float global_scale, std::int64_t token, std::uint8_t* slot) {
-  std::uint8_t* data = slot + nvfp4::data_offset(token, 0);
-  std::uint8_t* scales = slot + nvfp4::scale_offset(token, 0);
+// Quantizes one row of 128 floats to nvfp4 (contracts 4.2, 4.3): 64 data
+// bytes (element 2i in the low nibble of byte i) and 8 group scales.
+//   data: [64], scales: [8]
+void quantize_nvfp4_row(const float* x, float global_scale, std::uint8_t* data, std::uint8_t* scales) {
   for (int g = 0; g < kHeadDim / nvfp4::kGroup; ++g) {
     const float* gx = x + g * nvfp4::kGroup;
     const std::uint8_t sf = num::nvfp4_group_scale(abs_max(gx, nvfp4::kGroup), global_scale);
@@ -79,6 +77,12 @@ void store_nvfp4_row(const float* x, float global_scale, std::int64_t token, std
       data[(g * nvfp4::kGroup + i) / 2] = std::uint8_t(lo | (hi << 4));
     }
   }
+}
+
+// One row into an nvfp4 slot of the main cache (contract 4.3).
+//   slot: the slot's base byte ([128 x 64] data, then [128 x 8] scales)
+void store_nvfp4_row(const float* x, float global_scale, std::int64_t token, std::uint8_t* slot) {
+  quantize_nvfp4_row(x, global_scale, slot + nvfp4::data_offset(token, 0), slot + nvfp4::scale_offset(token, 0));
 }
 
 // Scale of one (token, head) row in per_token_head mode: amax / fp8 max, 1
@@ -146,6 +150,12 @@ void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, cons
       const std::int64_t slot = args.slots[i];
       if (slot < 0 || slot >= num_slots) continue;
       load_row(src + i * kHeadDim, args.src_dtype, row);
+      if (cache.dtype == DType::nvfp4) {
+        auto* o = static_cast<std::uint8_t*>(cache.base) +
+                  index_nvfp4::row_offset(cache, slot / kBlockSize, slot % kBlockSize);
+        quantize_nvfp4_row(row, cache.global_scale, o, o + index_nvfp4::kDataBytes);
+        continue;
+      }
       const std::int64_t off = cache.offset(slot / kBlockSize, slot % kBlockSize, 0);
       if (cache.dtype == DType::bf16) {
         auto* o = static_cast<std::uint16_t*>(cache.base) + off;

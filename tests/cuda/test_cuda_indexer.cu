@@ -7,8 +7,10 @@
 //    well separated (gap above the score tolerance);
 //  - select_topk() alone on adversarial scores (ties, NaN, -inf, +-0);
 //  - a bad index block-table entry skipped and recorded by the DeviceCheck.
-// Prefill, decode, verify (decode_query_len 2) and padding rows; topk 1/16/64,
-// init 0/1, local 1/2; bf16/fp16 queries, bf16/fp8 keys; shuffled pages.
+// Prefill, decode, verify (decode_query_len 2 to 4) and padding rows; topk
+// 1/16/64, init 0/1, local 1/2; bf16/fp16 queries with bf16, fp8 e4m3 or nvfp4
+// keys (global scales a power of two and not), fp8 e4m3 queries with fp8 keys;
+// shuffled pages; keys that tie every block of a request.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -25,6 +28,7 @@
 
 #include "gpu_test_util.hpp"
 #include "msa/batch.hpp"
+#include "msa/cache.hpp"
 #include "msa/cpu.hpp"
 #include "msa/cuda.hpp"
 #include "msa/numeric.hpp"
@@ -45,16 +49,20 @@ struct Shape {
   std::int32_t decode_threshold = 1;
   int heads = 1;
   int topk = 16, init = 0, local = 1;
-  DType iq = DType::bf16;
-  DType keys = DType::bf16;
+  DType iq = DType::bf16;             // bf16, fp16, or fp8_e4m3 (fp8 keys only)
+  DType keys = DType::bf16;           // bf16, fp8_e4m3 or nvfp4
+  float global_scale = 1.0f / 64.0f;  // nvfp4 keys: the cache's global scale
   std::uint64_t seed = 1;
   std::int64_t spare_pages = 5;
   std::int64_t shared_pool = 0;  // > 0: tables point into a pool of this many pages (no data check)
   bool head_major = false;       // write the top-k through a [kv_head, token, topk] view
+  bool ties = false;             // every key of a request the same: all its blocks score alike
   std::string name() const {
     std::string s = msa::detail::concat("H=", heads, " topk=", topk, " init=", init, " local=", local,
-                                        " iq=", msa::dtype_name(iq), " keys=", msa::dtype_name(keys),
-                                        " seed=", seed, " requests(q/seq)=");
+                                        " iq=", msa::dtype_name(iq), " keys=", msa::dtype_name(keys));
+    if (keys == DType::nvfp4) s += msa::detail::concat(" global_scale=", global_scale);
+    if (ties) s += " ties";
+    s += msa::detail::concat(" seed=", seed, " requests(q/seq)=");
     for (std::size_t r = 0; r < query_lens.size(); ++r)
       s += msa::detail::concat(r ? "," : "", query_lens[r], "/", seq_lens[r]);
     return s;
@@ -70,7 +78,7 @@ struct Problem {
   std::int32_t max_blocks = 0;
   std::int64_t table_stride = 0;
   std::vector<std::int32_t> table;  // [num_requests, table_stride]
-  std::vector<std::uint16_t> iq;    // [num_tokens, heads, 128]
+  std::vector<std::uint8_t> iq;     // [num_tokens, heads, 128] of shape.iq (2 or 1 bytes each)
 
   msa::IndexerArgs args(void* iq_at, void* cache_at, const std::int32_t* table_at,
                         std::int32_t* out_at) const {
@@ -80,20 +88,37 @@ struct Problem {
     a.num_kv_heads = shape.heads;
     a.init_blocks = shape.init;
     a.local_blocks = shape.local;
-    a.cache.dtype = shape.keys;
-    a.cache.base = cache_at;
-    a.cache.num_pages = num_pages;
+    a.cache = msa::make_index_cache_view(shape.keys, cache_at, num_pages, 0,
+                                         shape.keys == DType::nvfp4 ? shape.global_scale : 1.0f);
     a.block_table = msa::BlockTable{table_at, meta.num_requests, max_blocks, table_stride};
     a.out = msa::TopkView::token_major(out_at, shape.heads, shape.topk);
     return a;
   }
 };
 
-void put_key(Problem& pb, std::int64_t element, float x) {
-  if (pb.shape.keys == DType::bf16) {
-    reinterpret_cast<std::uint16_t*>(pb.cache.data())[element] = msa::num::float_to_bf16(x);
-  } else {
-    pb.cache[element] = msa::num::float_to_e4m3(x);
+// Token j of page `page` gets the 128 features `x`, stored as the cache's dtype
+// (nvfp4: quantized in groups of 16 with the cache's global scale).
+void put_key_row(Problem& pb, std::int64_t page, std::int64_t j, const float* x) {
+  const DType dt = pb.shape.keys;
+  if (dt == DType::nvfp4) {
+    std::uint8_t* row = pb.cache.data() + page * msa::index_nvfp4::kPageBytes + j * msa::index_nvfp4::kRowBytes;
+    for (int grp = 0; grp < kHeadDim / 16; ++grp) {
+      float amax = 0.0f;
+      for (int i = 0; i < 16; ++i) amax = std::max(amax, std::fabs(x[16 * grp + i]));
+      const std::uint8_t sf = msa::num::nvfp4_group_scale(amax, pb.shape.global_scale);
+      row[msa::index_nvfp4::kDataBytes + grp] = sf;
+      for (int i = 0; i < 16; i += 2) {
+        const std::uint8_t lo = msa::num::nvfp4_encode(x[16 * grp + i], sf, pb.shape.global_scale);
+        const std::uint8_t hi = msa::num::nvfp4_encode(x[16 * grp + i + 1], sf, pb.shape.global_scale);
+        row[(16 * grp + i) / 2] = std::uint8_t(lo | (hi << 4));
+      }
+    }
+    return;
+  }
+  const std::int64_t base = (page * kBlockSize + j) * kHeadDim;
+  for (int d = 0; d < kHeadDim; ++d) {
+    if (dt == DType::bf16) reinterpret_cast<std::uint16_t*>(pb.cache.data())[base + d] = msa::num::float_to_bf16(x[d]);
+    else pb.cache[std::size_t(base + d)] = msa::num::float_to_e4m3(x[d]);
   }
 }
 
@@ -116,8 +141,7 @@ Problem make_problem(const Shape& shape) {
   }
   pb.table_stride = pb.max_blocks + 3;
   pb.num_pages = shape.shared_pool > 0 ? shape.shared_pool : used + shape.spare_pages;
-  const std::size_t eb = msa::dtype_bytes(shape.keys);
-  pb.cache.assign(std::size_t(pb.num_pages) * kBlockSize * kHeadDim * eb, 0);
+  pb.cache.assign(std::size_t(pb.num_pages * msa::index_page_bytes(shape.keys)), 0);
   pb.table.assign(std::size_t(R) * pb.table_stride, -1);
 
   // Pages: a shuffled pool, or random picks from a shared pool (timing only).
@@ -132,23 +156,36 @@ Problem make_problem(const Shape& shape) {
     }
   }
   // Every key poisoned, then the keys of each request written.
-  const std::int64_t total = pb.num_pages * kBlockSize * kHeadDim;
-  if (shape.shared_pool > 0) {
-    for (std::int64_t i = 0; i < total; ++i) put_key(pb, i, normal(rng));
-  } else {
-    for (std::int64_t i = 0; i < total; ++i) put_key(pb, i, kPoisonKey);
+  float row[kHeadDim];
+  for (std::int64_t page = 0; page < pb.num_pages; ++page) {
+    for (std::int64_t j = 0; j < kBlockSize; ++j) {
+      for (float& x : row) x = shape.shared_pool > 0 ? normal(rng) : kPoisonKey;
+      put_key_row(pb, page, j, row);
+    }
+  }
+  if (shape.shared_pool == 0) {
     for (std::int32_t r = 0; r < R; ++r) {
+      if (shape.ties) {
+        for (float& x : row) x = normal(rng);
+      }
       for (std::int32_t j = 0; j < pb.meta.seq_lens[r]; ++j) {
-        const std::int64_t page = pb.table[r * pb.table_stride + j / kBlockSize];
-        const std::int64_t base = (page * kBlockSize + j % kBlockSize) * kHeadDim;
-        for (int d = 0; d < kHeadDim; ++d) put_key(pb, base + d, normal(rng));
+        if (!shape.ties) {
+          for (float& x : row) x = normal(rng);
+        }
+        put_key_row(pb, pb.table[r * pb.table_stride + j / kBlockSize], j % kBlockSize, row);
       }
     }
   }
-  pb.iq.resize(std::size_t(pb.meta.num_tokens) * shape.heads * kHeadDim);
-  for (auto& x : pb.iq) {
+  const std::size_t qb = msa::dtype_bytes(shape.iq);
+  pb.iq.resize(std::size_t(pb.meta.num_tokens) * shape.heads * kHeadDim * qb);
+  for (std::size_t i = 0; i < pb.iq.size() / qb; ++i) {
     const float v = normal(rng);
-    x = shape.iq == DType::bf16 ? msa::num::float_to_bf16(v) : msa::num::float_to_fp16(v);
+    if (shape.iq == DType::fp8_e4m3) {
+      pb.iq[i] = msa::num::float_to_e4m3(v);
+    } else {
+      const std::uint16_t h = shape.iq == DType::bf16 ? msa::num::float_to_bf16(v) : msa::num::float_to_fp16(v);
+      std::memcpy(pb.iq.data() + 2 * i, &h, 2);
+    }
   }
   return pb;
 }
@@ -158,7 +195,7 @@ struct DeviceProblem {
   msa::test::DeviceStep step;
   DeviceBuffer<std::uint8_t> cache;
   DeviceBuffer<std::int32_t> table;
-  DeviceBuffer<std::uint16_t> iq;
+  DeviceBuffer<std::uint8_t> iq;
   DeviceBuffer<std::int32_t> topk;
   DeviceBuffer<std::uint8_t> workspace;
   std::size_t workspace_bytes = 0;
@@ -218,6 +255,11 @@ bool well_separated(const float* s, std::int32_t last, const Shape& sh, double t
 }
 
 constexpr double kScoreTol = 1e-3;
+// fp8 queries on an fp8 cache: the prefill tiles multiply on fp8 tensor cores,
+// whose accumulation keeps fewer bits than fp32 (scores within 4e-3 relative).
+double score_tol(const Shape& sh) { return sh.iq == DType::fp8_e4m3 ? 4e-3 : kScoreTol; }
+// The gap above which GPU and CPU must pick the same blocks: well above the GPU's error.
+double separation(const Shape& sh) { return sh.iq == DType::fp8_e4m3 ? 2.0 * score_tol(sh) : 0.1 * kScoreTol; }
 
 // The device's scores and selection (from its last run) against the CPU
 // engine's; `separated`: most rows must have a well-separated boundary.
@@ -228,7 +270,7 @@ void expect_matches_cpu(const Shape& sh, const Problem& pb, const DeviceProblem&
   // Scores against cpu::block_scores.
   const std::int64_t H = sh.heads, MB = pb.max_blocks, K = sh.topk;
   std::vector<float> cpu(gpu.size(), std::numeric_limits<float>::quiet_NaN());
-  msa::IndexerArgs host_args = pb.args(const_cast<std::uint16_t*>(pb.iq.data()),
+  msa::IndexerArgs host_args = pb.args(const_cast<std::uint8_t*>(pb.iq.data()),
                                        const_cast<std::uint8_t*>(pb.cache.data()), pb.table.data(), nullptr);
   msa::cpu::block_scores(pb.meta.view(), host_args, cpu.data(), pb.max_blocks);
   double worst = 0.0;
@@ -250,7 +292,7 @@ void expect_matches_cpu(const Shape& sh, const Problem& pb, const DeviceProblem&
                     << first_bad / std::max<std::int64_t>(MB, 1) << ", block " << first_bad % std::max<std::int64_t>(MB, 1)
                     << "): gpu " << (first_bad >= 0 ? gpu[first_bad] : 0.f) << " cpu "
                     << (first_bad >= 0 ? cpu[first_bad] : 0.f);
-  EXPECT_LE(worst, kScoreTol) << "worst score at " << worst_at << ": gpu " << gpu[worst_at] << " cpu "
+  EXPECT_LE(worst, score_tol(sh)) << "worst score at " << worst_at << ": gpu " << gpu[worst_at] << " cpu "
                               << cpu[worst_at];
   std::printf("[ scores ] %s: %zu scores, worst rel err %.3g\n", sh.name().c_str(), gpu.size(), worst);
 
@@ -283,15 +325,17 @@ void expect_matches_cpu(const Shape& sh, const Problem& pb, const DeviceProblem&
   std::int64_t compared = 0, differ = 0;
   for (std::int64_t row = 0; row < std::int64_t(pb.meta.num_tokens) * H; ++row) {
     const std::int32_t t = std::int32_t(row / H);
-    if (!well_separated(cpu.data() + row * MB, last_block(pb, t), sh, 0.1 * kScoreTol)) continue;
+    if (!well_separated(cpu.data() + row * MB, last_block(pb, t), sh, separation(sh))) continue;
     ++compared;
     if (!std::equal(cpu_topk.begin() + row * K, cpu_topk.begin() + (row + 1) * K, topk.begin() + row * K)) {
       if (differ++ == 0) ADD_FAILURE() << "cpu::index differs on well-separated row " << row;
     }
   }
   EXPECT_EQ(differ, 0);
-  if (separated) {
-    EXPECT_GE(compared, std::int64_t(pb.meta.num_tokens) * H * 8 / 10) << "too few well-separated rows";
+  // (fp8 scores need a wider gap, which fewer rows have; tied blocks have none.)
+  const std::int64_t tenths = sh.iq == DType::fp8_e4m3 ? 3 : 8;
+  if (separated && !sh.ties) {
+    EXPECT_GE(compared, std::int64_t(pb.meta.num_tokens) * H * tenths / 10) << "too few well-separated rows";
   }
 }
 
@@ -351,6 +395,102 @@ TEST(CudaIndexer, DecodeVerifyAndPadding) {
   }
 }
 
+// The fp8 index: e4m3 queries on an e4m3 cache (fp8 tensor cores) in prefill
+// tiles, decodes and verifies.
+TEST(CudaIndexer, Fp8QueryOnFp8Cache) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(55);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int dql : {1, 3}) {
+    for (int heads : {1, 4}) {
+      Shape sh;
+      sh.decode_threshold = dql;
+      sh.query_lens = {dql, dql, dql, small ? 70 : 333, 4, small ? 40 : 129};
+      sh.seq_lens = {small ? 900 : 7000, dql, 0, small ? 500 : 2500, small ? 300 : 1800, small ? 40 : 129};
+      sh.heads = heads;
+      sh.iq = DType::fp8_e4m3;
+      sh.keys = DType::fp8_e4m3;
+      sh.seed = s++;
+      check_shape(sh);
+    }
+  }
+}
+
+// nvfp4 index caches with bf16 and fp16 queries: decode and verify rows.
+TEST(CudaIndexer, Nvfp4CacheDecodeVerify) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(66);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int dql : {1, 2, 4}) {
+    Shape sh;
+    sh.decode_threshold = dql;
+    sh.query_lens = {dql, dql, dql, dql, dql};
+    sh.seq_lens = {dql, 127 + dql, 0, small ? 1000 : 9000, small ? 600 : 3000};
+    sh.heads = dql == 4 ? 4 : 2;
+    sh.iq = dql == 2 ? DType::fp16 : DType::bf16;
+    sh.keys = DType::nvfp4;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// Decode units: a request of more rows than one unit (48 and 64 rows), one
+// long request spread over every SM, and many short ones.
+TEST(CudaIndexer, DecodeUnitsAndSpread) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(77);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (DType keys : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
+    Shape sh;
+    sh.decode_threshold = 3;
+    sh.query_lens = {3, 3, 3};
+    sh.seq_lens = {small ? 4000 : 40000, 3, small ? 500 : 2000};
+    sh.heads = 16;  // 48 rows per request: two units
+    sh.keys = keys;
+    sh.iq = keys == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+  Shape many;
+  many.decode_threshold = 1;
+  for (int r = 0; r < (small ? 40 : 300); ++r) {
+    many.query_lens.push_back(1);
+    many.seq_lens.push_back(1 + int((r * 7919) % (small ? 700 : 3000)));
+  }
+  many.heads = 1;
+  many.seed = s++;
+  check_shape(many);
+}
+
+// Prefill tiles: several 256-row tiles per request with H = 1, 2, 4, a fresh
+// prompt (tiles of the first blocks see few blocks), tiles ending mid-request.
+TEST(CudaIndexer, PrefillTiles) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(88);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int heads : {1, 2, 4}) {
+    for (DType keys : {DType::bf16, DType::fp8_e4m3}) {
+      Shape sh;
+      sh.decode_threshold = 1;
+      sh.query_lens = {1, small ? 300 : 1100, small ? 200 : 777, 3};
+      sh.seq_lens = {small ? 2000 : 5000, small ? 300 : 1100, small ? 900 : 6000, small ? 130 : 4099};
+      sh.heads = heads;
+      sh.keys = keys;
+      sh.iq = keys;
+      sh.seed = s++;
+      check_shape(sh);
+    }
+  }
+}
+
 TEST(CudaIndexer, TopkInitLocalVariants) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(33);
@@ -369,6 +509,150 @@ TEST(CudaIndexer, TopkInitLocalVariants) {
     sh.topk = v.topk;
     sh.init = v.init;
     sh.local = v.local;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// ---- lower-precision index caches: nvfp4 keys, fp8 queries -------------------------
+
+// nvfp4 keys (72-byte rows: e2m1 codes, e4m3 group scales, a global scale) with
+// bf16 / fp16 queries in prefill chunks (a fresh prompt, chunks after cached
+// context and starting mid-block, a 1-token prefill) for H = 1, 2, 4, and in a
+// mixed step (decodes, a padding decode, a prefill, a padding prefill).
+TEST(CudaIndexer, Nvfp4KeysPrefillChunks) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(71);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int heads : {1, 2, 4}) {
+    Shape sh;
+    sh.query_lens = {small ? 130 : 600, small ? 40 : 333, 1, small ? 9 : 129};
+    sh.seq_lens = {sh.query_lens[0], small ? 300 : 2500, small ? 200 : 1800, small ? 150 : 1100};
+    sh.decode_threshold = 0;
+    sh.heads = heads;
+    sh.iq = heads == 2 ? DType::fp16 : DType::bf16;
+    sh.keys = DType::nvfp4;
+    sh.global_scale = heads == 4 ? 0.0173f : 1.0f / 64.0f;  // a power of two, and not
+    sh.seed = s++;
+    check_shape(sh);
+  }
+  Shape mixed;
+  mixed.decode_threshold = 2;
+  mixed.query_lens = {2, 2, 2, 37, 5};
+  mixed.seq_lens = {small ? 700 : 5000, 0, 129, small ? 300 : 3000, 0};
+  mixed.heads = 2;
+  mixed.keys = DType::nvfp4;
+  mixed.global_scale = 0.0173f;
+  mixed.seed = s++;
+  check_shape(mixed);
+}
+
+// nvfp4 keys, decode and verify rows only (decode_query_len 1, 2, 4): padding
+// requests, partial last blocks (127, 128 + q - 1, 129 tokens), a global scale
+// that is not a power of two, a head-major top-k view.
+TEST(CudaIndexer, Nvfp4KeysDecodePartialBlocksAndScales) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(72);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int dql : {1, 2, 4}) {
+    Shape sh;
+    sh.decode_threshold = dql;
+    sh.query_lens = {dql, dql, dql, dql, dql, dql};
+    sh.seq_lens = {dql, 127, 128 + dql - 1, 0, 129, small ? 700 : 5000};
+    sh.heads = dql == 1 ? 4 : (dql == 2 ? 1 : 2);
+    sh.keys = DType::nvfp4;
+    sh.iq = dql == 2 ? DType::fp16 : DType::bf16;
+    sh.global_scale = dql == 2 ? 1.0f / 256.0f : 0.0173f;
+    sh.head_major = dql == 2;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// fp8 e4m3 queries on an fp8 cache: verify rows of 2 and 4 tokens with padding
+// requests and partial last blocks, through a head-major top-k view.
+TEST(CudaIndexer, Fp8QueriesVerifyHeadMajor) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(74);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int dql : {2, 4}) {
+    Shape sh;
+    sh.decode_threshold = dql;
+    sh.query_lens = {dql, dql, dql, dql, dql, dql, 37, 5};
+    sh.seq_lens = {dql, 127, 128 + dql - 1, 0, 129, small ? 700 : 5000, small ? 300 : 3000, 0};
+    sh.heads = dql == 2 ? 2 : 1;
+    sh.iq = DType::fp8_e4m3;
+    sh.keys = DType::fp8_e4m3;
+    sh.head_major = true;
+    sh.seed = s++;
+    check_shape(sh);
+  }
+}
+
+// Top-k, init and local variants on the lower-precision caches (decode rows for
+// nvfp4, a prefill too for fp8).
+TEST(CudaIndexer, LowPrecisionTopkInitLocalVariants) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(75);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  struct V {
+    int topk, init, local;
+  };
+  for (DType keys : {DType::nvfp4, DType::fp8_e4m3}) {
+    for (V v : {V{1, 0, 1}, V{16, 1, 2}, V{64, 0, 1}}) {
+      Shape sh;
+      sh.decode_threshold = 1;
+      sh.query_lens = {1, 1, 1};
+      sh.seq_lens = {small ? 3000 : 9000, 64 * 128 + 1, 300};
+      if (keys == DType::fp8_e4m3) {
+        sh.query_lens.push_back(small ? 50 : 200);
+        sh.seq_lens.push_back(small ? 1000 : 12000);
+      }
+      sh.heads = 2;
+      sh.topk = v.topk;
+      sh.init = v.init;
+      sh.local = v.local;
+      sh.keys = keys;
+      sh.iq = keys == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+      sh.seed = s++;
+      check_shape(sh);
+    }
+  }
+}
+
+// Every key of a request the same vector: all its blocks score alike (the
+// partial last block too), so the selection is decided by the tie rule alone
+// (lower block ids first), on every key dtype and query dtype.
+TEST(CudaIndexer, TiedBlocksOnEveryKeyDtype) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(76);
+  MSA_TRACE_SEED(seed);
+  std::uint64_t s = seed;
+  struct D {
+    DType keys, iq;
+  };
+  for (D d : {D{DType::bf16, DType::bf16}, D{DType::fp8_e4m3, DType::fp16}, D{DType::fp8_e4m3, DType::fp8_e4m3},
+              D{DType::nvfp4, DType::bf16}}) {
+    Shape sh;
+    sh.decode_threshold = 2;
+    sh.query_lens = {2, 2, 2, 70};
+    sh.seq_lens = {3000, 0, 2100, 1500};
+    if (d.keys == DType::nvfp4) {  // decode rows only
+      sh.query_lens.pop_back();
+      sh.seq_lens.pop_back();
+    }
+    sh.heads = 2;
+    sh.keys = d.keys;
+    sh.iq = d.iq;
+    sh.ties = true;
     sh.seed = s++;
     check_shape(sh);
   }
@@ -592,6 +876,54 @@ TEST(CudaIndexer, TimingLargeShapes) {
     const double bytes = 128.0 * 131072 * kHeadDim * 2;
     report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, bf16: ", ms,
                                       " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
+  }
+}
+
+// Large shapes on the lower-precision caches, GPU only: fp8 keys with fp8
+// queries (prefill and decode), nvfp4 keys (decode), the shapes of
+// TimingLargeShapes, each timed and then checked against the CPU engine.
+TEST(CudaIndexer, TimingLowPrecisionShapes) {
+  MSA_SKIP_WITHOUT_GPU();
+  if (msa::test::sanitizer_mode()) GTEST_SKIP() << "timing is skipped under the sanitizer";
+  for (DType keys : {DType::fp8_e4m3, DType::nvfp4}) {
+    const DType iq = keys == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+    const std::string what = msa::detail::concat("keys ", msa::dtype_name(keys), ", iq ", msa::dtype_name(iq));
+    if (keys == DType::fp8_e4m3) {
+      Shape sh;
+      sh.query_lens = {16384};
+      sh.seq_lens = {32768};
+      sh.decode_threshold = 0;
+      sh.heads = 4;
+      sh.keys = keys;
+      sh.iq = iq;
+      sh.shared_pool = 256;
+      const Problem pb = make_problem(sh);
+      DeviceProblem dev(pb);
+      const double ms = time_index(pb, dev, 5);
+      expect_matches_cpu(sh, pb, dev, false);
+      double macs = 0;
+      for (std::int32_t t = 0; t < pb.meta.num_tokens; ++t)
+        macs += double(pb.meta.token_position[t] + 1) * kHeadDim * sh.heads;
+      report_timing(msa::detail::concat("index prefill 16384 tokens (ctx 16384 -> 32768), H=4, ", what, ": ", ms,
+                                        " ms, ", 2 * macs / ms * 1e-9, " TFLOP/s (causal dots)"));
+    }
+    for (int dql : {1, 2}) {
+      Shape sh;
+      sh.decode_threshold = dql;
+      sh.query_lens.assign(128, dql);
+      sh.seq_lens.assign(128, 131072);
+      sh.heads = 4;
+      sh.keys = keys;
+      sh.iq = iq;
+      sh.shared_pool = 4096;
+      const Problem pb = make_problem(sh);
+      DeviceProblem dev(pb);
+      const double ms = time_index(pb, dev, 5);
+      expect_matches_cpu(sh, pb, dev, false);
+      const double bytes = 128.0 * 1024 * double(msa::index_page_bytes(keys));  // 1024 blocks a request
+      report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, ", what, ": ", ms,
+                                        " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
+    }
   }
 }
 

@@ -302,28 +302,38 @@ struct IndexCase {
   DType src = DType::bf16;
   std::int64_t num_pages = 3;
   std::int64_t num_tokens = 200;
-  std::int64_t page_pad = 0;
+  std::int64_t page_pad = 0;  // elements past a page (bytes for nvfp4)
+  float global_scale = 1.0f;  // nvfp4 only
   std::uint64_t seed = 1;
   bool bad_slot = false;
 };
 
 void run_index_case(const IndexCase& c) {
-  SCOPED_TRACE(msa::detail::concat("index ", msa::dtype_name(c.dtype), " src=",
-                                   msa::dtype_name(c.src), " pad=", c.page_pad, " seed=", c.seed));
+  SCOPED_TRACE(msa::detail::concat("index ", msa::dtype_name(c.dtype), " src=", msa::dtype_name(c.src),
+                                   " pad=", c.page_pad, " global_scale=", c.global_scale, " seed=", c.seed));
   std::mt19937_64 rng(c.seed);
   std::vector<std::uint16_t> x = random_half(std::size_t(c.num_tokens) * msa::kHeadDim, c.src, 2.0f,
                                              true, rng);
+  if (c.dtype == DType::nvfp4) {
+    zero_some_rows(x, rng);
+    // Group 3 of every fifth token tiny: its scale sits at the 2^-9 floor.
+    for (std::int64_t t = 0; t < c.num_tokens; t += 5)
+      for (int e = 48; e < 64; ++e) {
+        const float v = (e % 3 - 1) * 1e-6f * float(e);
+        x[std::size_t(t) * msa::kHeadDim + e] = c.src == DType::bf16 ? msa::num::float_to_bf16(v) : msa::num::float_to_fp16(v);
+      }
+  }
   std::vector<std::int64_t> slots = random_slots(c.num_tokens, c.num_pages, rng);
   std::int64_t bad_index = -1;
   if (c.bad_slot) {
     bad_index = c.num_tokens - 3;
     slots[bad_index] = c.num_pages * msa::kBlockSize;
   }
-  msa::IndexCacheView view;
-  view.dtype = c.dtype;
-  view.num_pages = c.num_pages;
-  view.page_stride = std::int64_t(msa::kBlockSize) * msa::kHeadDim + c.page_pad;
-  const std::size_t bytes = std::size_t(c.num_pages * view.page_stride) * msa::dtype_bytes(c.dtype);
+  const bool nvfp4 = c.dtype == DType::nvfp4;
+  const std::int64_t compact = nvfp4 ? msa::index_nvfp4::kPageBytes : std::int64_t(msa::kBlockSize) * msa::kHeadDim;
+  msa::IndexCacheView view =
+      msa::make_index_cache_view(c.dtype, nullptr, c.num_pages, compact + c.page_pad, nvfp4 ? c.global_scale : 1.0f);
+  const std::size_t bytes = std::size_t(c.num_pages * view.page_stride) * (nvfp4 ? 1 : msa::dtype_bytes(c.dtype));
   std::vector<std::uint8_t> host(bytes + kGuardBytes, kPoison);
   DeviceBuffer<std::uint8_t> dev(host);
   DeviceBuffer<std::uint16_t> dev_x(x);
@@ -374,6 +384,38 @@ TEST(CudaInsert, IndexKeysBf16AndFp8) {
     }
   }
   IndexCase bad;
+  bad.seed = s;
+  bad.bad_slot = true;
+  run_index_case(bad);
+}
+
+// nvfp4 index rows ([page][token][72 bytes]): every byte as cpu::insert_index
+// writes it, with specials (zeros, huge groups that saturate the scale, +-inf,
+// NaN, tiny values at the scale floor), byte strides that leave rows unaligned,
+// a power-of-two and an odd global scale.
+TEST(CudaInsert, IndexKeysNvfp4) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(507);
+  MSA_TRACE_SEED(seed);
+  std::uint64_t s = seed;
+  for (DType src : {DType::bf16, DType::fp16}) {
+    for (std::int64_t pad : {std::int64_t(0), std::int64_t(64), std::int64_t(5)}) {
+      for (float global : {1.0f / 256.0f, 0.0173f}) {
+        IndexCase c;
+        c.dtype = DType::nvfp4;
+        c.src = src;
+        c.page_pad = pad;
+        c.global_scale = global;
+        c.num_pages = pad == 5 ? 4 : 3;
+        c.num_tokens = pad == 5 ? 255 : 201;  // odd: the last half-warp of a block is alone
+        c.seed = s++;
+        run_index_case(c);
+      }
+    }
+  }
+  IndexCase bad;
+  bad.dtype = DType::nvfp4;
+  bad.global_scale = 0.01f;
   bad.seed = s;
   bad.bad_slot = true;
   run_index_case(bad);

@@ -81,14 +81,36 @@ void read_kv(const KVCacheView& cache, const BlockTable& table, std::int32_t r, 
     const std::int64_t token = j % kBlockSize;
     MSA_CHECK(page >= 0 && page < cache.num_pages, "cache reader: block_table[r=", r, ", b=",
               j / kBlockSize, "] = ", page, " but the cache has ", cache.num_pages, " pages");
-    if (cache.dtype == DType::nvfp4) {
-      read_nvfp4_row(cache, page, head, token, 0, k + j * kDim);
-      read_nvfp4_row(cache, page, head, token, 1, v + j * kDim);
-      continue;
-    }
-    const std::int64_t row = cache.offset(page, head, token, 0);
-    read_row(cache, cache.k, row, fp8_scale(cache, page, head, token, 0), k + j * kDim);
-    read_row(cache, cache.v, row, fp8_scale(cache, page, head, token, 1), v + j * kDim);
+    read_kv_row(cache, page, head, token, k + j * kDim, v + j * kDim);
+  }
+}
+
+void read_kv_row(const KVCacheView& cache, std::int64_t page, std::int32_t head, std::int64_t token, double* k,
+                 double* v) {
+  if (cache.dtype == DType::nvfp4) {
+    read_nvfp4_row(cache, page, head, token, 0, k);
+    read_nvfp4_row(cache, page, head, token, 1, v);
+    return;
+  }
+  const std::int64_t row = cache.offset(page, head, token, 0);
+  read_row(cache, cache.k, row, fp8_scale(cache, page, head, token, 0), k);
+  read_row(cache, cache.v, row, fp8_scale(cache, page, head, token, 1), v);
+}
+
+void read_index_row(const IndexCacheView& cache, std::int64_t page, std::int64_t token, double* out) {
+  MSA_CHECK(page >= 0 && page < cache.num_pages, "cache reader: index page ", page, " but the index cache has ",
+            cache.num_pages, " pages");
+  if (cache.dtype != DType::nvfp4) {
+    const std::int64_t row = cache.offset(page, token, 0);
+    for (int d = 0; d < kDim; ++d) out[d] = read_element(cache.base, cache.dtype, row + d);
+    return;
+  }
+  const auto* row = static_cast<const std::uint8_t*>(cache.base) + index_nvfp4::row_offset(cache, page, token);
+  const std::uint8_t* scales = row + index_nvfp4::kDataBytes;
+  for (int d = 0; d < kDim; ++d) {
+    const std::uint8_t code = (d % 2) ? row[d / 2] >> 4 : row[d / 2] & 0xF;
+    out[d] = double(num::e2m1_to_float(code)) * num::e4m3_to_float(scales[d / nvfp4::kGroup]) *
+             double(cache.global_scale);
   }
 }
 

@@ -110,6 +110,13 @@ constexpr float kQueryRho = 0.99f;
 // Scales of the fp8 and nvfp4 caches (unit-variance values).
 constexpr float kFp8Scale = 1.0f / 64.0f;
 constexpr float kNvfp4GlobalScale = 1.0f / 256.0f;
+// Global scale of an nvfp4 index cache. The index keys have unit variance, so a
+// 16-value group has an amax of about 1 to 5 and its e4m3 scale amax / 6 / s
+// lands in about 40 .. 220: inside e4m3's normal range [2^-6, 448], where its
+// relative precision is the same everywhere, with room up to an amax of 10.5
+// (the usual recipe s = amax / (6 * 448) for an amax of 10.5, ten standard
+// deviations) before the largest scale saturates.
+constexpr float kIndexNvfp4GlobalScale = 1.0f / 256.0f;
 
 // The per-block component c: [blocks, 128].
 std::vector<float> block_walk(std::uint64_t key, std::int32_t blocks) {
@@ -172,9 +179,12 @@ void check_spec(const WorkloadSpec& s) {
   MSA_CHECK(is_half(s.q_dtype) || s.q_dtype == DType::fp8_e4m3,
             "workload q_dtype = ", dtype_name(s.q_dtype),
             " is not a query dtype (bf16, fp16, fp8_e4m3)");
-  MSA_CHECK(s.index_dtype == DType::bf16 || s.index_dtype == DType::fp8_e4m3,
+  MSA_CHECK(s.index_dtype == DType::bf16 || s.index_dtype == DType::fp8_e4m3 ||
+                s.index_dtype == DType::nvfp4,
             "workload index_dtype = ", dtype_name(s.index_dtype),
-            " is not an index cache dtype (bf16, fp8_e4m3)");
+            " is not an index cache dtype (bf16, fp8_e4m3, nvfp4)");
+  MSA_CHECK(!s.fp8_index_query || s.index_dtype == DType::fp8_e4m3,
+            "workload fp8_index_query needs an fp8_e4m3 index cache, not ", dtype_name(s.index_dtype));
   for (std::size_t r = 0; r < s.requests.size(); ++r) {
     const RequestShape& q = s.requests[r];
     MSA_CHECK(q.query_len >= 0 && q.context_len >= 0, "workload requests[", r, "] = (query_len ",
@@ -210,7 +220,8 @@ WorkloadBytes workload_bytes(const WorkloadSpec& spec) {
                                              : double(spec.page_stride) * double(dtype_bytes(kv));
   b.kv_cache = pages > 0 ? (pages - 1) * stride + page : 0;
   if (is_fp8(kv) && spec.fp8_scales == ScaleMode::per_token_head) b.kv_cache += 2 * pages * N * H * sizeof(float);
-  b.index_cache = pages * N * D * double(dtype_bytes(spec.index_dtype));
+  b.index_cache = pages * double(index_page_bytes(spec.index_dtype));
+  if (spec.bf16_index_twin) b.index_cache += pages * double(index_page_bytes(DType::bf16));
   // Block tables and metadata (as build_tables; build_metadata's per-request
   // arrays at most 7 per request).
   b.step = 2 * requests * (max_blocks + 3) * sizeof(std::int32_t) + (7 * requests + 3) * sizeof(std::int32_t) +
@@ -220,6 +231,8 @@ WorkloadBytes workload_bytes(const WorkloadSpec& spec) {
   const double out_bytes = 2;  // bf16 or fp16
   b.step += tokens * (3 * H * D * src + D * src + 2 * sizeof(std::int64_t) + QH * D * q_bytes +
                       H * m.topk * sizeof(std::int32_t) + QH * D * out_bytes + QH * sizeof(float));
+  if (spec.fp8_index_query) b.step += tokens * H * D;                              // index_q_e4m3
+  if (spec.bf16_index_twin) b.step += tokens * H * m.topk * sizeof(std::int32_t);  // twin_topk
   // Setup: the page permutations, the context chunks of insert_context, the
   // query floats of make_step_inputs and a request's block walk.
   const double chunk = 4096 * (2 * H * D * src + D * src + 2 * sizeof(std::int64_t));
@@ -295,11 +308,11 @@ KVCacheView Workload::kv_view_at(void* base, float* k_scales_at, float* v_scales
 }
 
 IndexCacheView Workload::index_view_at(void* base) const {
-  IndexCacheView c;
-  c.dtype = spec_.index_dtype;
-  c.base = base;
-  c.num_pages = index_num_pages;
-  return c;
+  return make_index_cache_view(spec_.index_dtype, base, index_num_pages, 0, index_scale);
+}
+
+IndexCacheView Workload::twin_index_view_at(void* base) const {
+  return make_index_cache_view(DType::bf16, base, index_num_pages);
 }
 
 BlockTable Workload::table_at(const std::int32_t* data) const {
@@ -329,9 +342,13 @@ void Workload::allocate_caches() {
     k_scales.assign(std::size_t(num_pages) * kBlockSize * H, fill);
     v_scales.assign(k_scales.size(), fill);
   }
-  index_bytes.resize(std::size_t(index_num_pages) * kBlockSize * kHeadDim *
-                     dtype_bytes(spec_.index_dtype));
+  if (spec_.index_dtype == DType::nvfp4) index_scale = kIndexNvfp4GlobalScale;
+  index_bytes.resize(std::size_t(index_num_pages * index_page_bytes(spec_.index_dtype)));
   fill_poison(index_bytes, spec_.index_dtype, spec_.poison);
+  if (spec_.bf16_index_twin) {
+    twin_index_bytes.resize(std::size_t(index_num_pages * index_page_bytes(DType::bf16)));
+    fill_poison(twin_index_bytes, DType::bf16, spec_.poison);
+  }
 }
 
 void Workload::insert_context(const WorkloadProgress& progress) {
@@ -345,6 +362,7 @@ void Workload::insert_context(const WorkloadProgress& progress) {
   std::vector<std::int64_t> chunk_slots(kChunk), chunk_index_slots(kChunk);
   const KVCacheView cache = kv_view();
   const IndexCacheView index_cache = index_view();
+  const IndexCacheView twin_cache = twin_index_view();
   for (std::int32_t r = 0; r < meta_.num_requests; ++r) {
     const std::int32_t context = meta_.context_lens[r];
     if (context == 0) continue;
@@ -359,8 +377,9 @@ void Workload::insert_context(const WorkloadProgress& progress) {
       }
       cpu::insert_kv(cache, InsertKVArgs{k.data(), v.data(), t, chunk_slots.data(), n},
                      cpu_options());
-      cpu::insert_index(index_cache, InsertIndexArgs{ik.data(), t, chunk_index_slots.data(), n},
-                        cpu_options());
+      const InsertIndexArgs index_args{ik.data(), t, chunk_index_slots.data(), n};
+      cpu::insert_index(index_cache, index_args, cpu_options());
+      if (spec_.bf16_index_twin) cpu::insert_index(twin_cache, index_args, cpu_options());
       done += n;
       if (progress) progress("cached context", done, total);
     }
@@ -416,13 +435,19 @@ void Workload::make_step_inputs() {
     for (std::size_t i = 0; i < qf.size(); ++i)
       store(spec_.q_dtype, q.data(), std::int64_t(i), qf[i]);
   }
+  if (spec_.fp8_index_query) {
+    index_q_e4m3.resize(std::size_t(T * H * D));
+    cpu::cast_index_query_e4m3(index_q.data(), t, T * H * D, index_q_e4m3.data(), cpu_options());
+  }
   topk.resize(std::size_t(T * H * m.topk));
+  if (spec_.bf16_index_twin) twin_topk.resize(topk.size());
   out.resize(std::size_t(T * QH * D) * dtype_bytes(out_dtype()));
   lse.resize(std::size_t(T * QH));
 }
 
 void Workload::poison_outputs() {
   std::fill(topk.begin(), topk.end(), spec_.poison ? std::numeric_limits<std::int32_t>::min() : -1);
+  std::fill(twin_topk.begin(), twin_topk.end(), spec_.poison ? std::numeric_limits<std::int32_t>::min() : -1);
   fill_poison(out, out_dtype(), spec_.poison);
   std::fill(lse.begin(), lse.end(), spec_.poison ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
 }
@@ -437,14 +462,24 @@ InsertIndexArgs Workload::insert_index_args() const {
 
 IndexerArgs Workload::indexer_args() {
   IndexerArgs a;
-  a.index_q = index_q.data();
-  a.iq_dtype = src_dtype();
+  a.index_q = spec_.fp8_index_query ? index_q_e4m3.data() : index_q.data();
+  a.iq_dtype = spec_.fp8_index_query ? DType::fp8_e4m3 : src_dtype();
   a.num_kv_heads = model().num_kv_heads;
   a.init_blocks = model().init_blocks;
   a.local_blocks = model().local_blocks;
   a.cache = index_view();
   a.block_table = index_table();
   a.out = topk_view();
+  return a;
+}
+
+IndexerArgs Workload::twin_indexer_args() {
+  MSA_CHECK(spec_.bf16_index_twin, "workload: twin_indexer_args() needs spec.bf16_index_twin");
+  IndexerArgs a = indexer_args();
+  a.index_q = index_q.data();
+  a.iq_dtype = src_dtype();
+  a.cache = twin_index_view();
+  a.out = TopkView::token_major(twin_topk.data(), model().num_kv_heads, model().topk);
   return a;
 }
 

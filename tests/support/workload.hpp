@@ -44,7 +44,13 @@ struct WorkloadSpec {
   Layout layout = Layout::hnd;                   // bf16/fp16/fp8 only (nvfp4 has one layout)
   ScaleMode fp8_scales = ScaleMode::per_tensor;  // fp8 only: per_tensor or per_token_head
   DType q_dtype = DType::bf16;                   // bf16, fp16, or fp8_e4m3 (output then bf16)
-  DType index_dtype = DType::bf16;               // index cache: bf16 or fp8_e4m3
+  DType index_dtype = DType::bf16;               // index cache: bf16, fp8_e4m3 or nvfp4
+  // fp8_e4m3 index cache only: the indexer reads the index query cast to e4m3
+  // (cpu::cast_index_query_e4m3, contract 3) instead of the src_dtype one.
+  bool fp8_index_query = false;
+  // Also keep a bf16 index cache of the same keys on the same pages (the "twin"),
+  // so a low-precision index can be compared with the bf16 one.
+  bool bf16_index_twin = false;
   std::vector<RequestShape> requests;            // batch order: decodes first
   std::int32_t decode_threshold = 1;             // see BatchSpec
   std::uint64_t seed = 0;
@@ -105,8 +111,10 @@ class Workload {
 
   // ---- index cache ---------------------------------------------------------------
   std::int64_t index_num_pages = 0;
-  std::vector<std::uint8_t> index_bytes;        // [index_num_pages, 128, 128] index_dtype
+  std::vector<std::uint8_t> index_bytes;        // [index_num_pages, index_page_bytes(index_dtype)]
+  float index_scale = 1.0f;                     // nvfp4 index cache: its global scale
   std::vector<std::int32_t> index_block_table;  // [num_requests, table_stride], own shuffle
+  std::vector<std::uint8_t> twin_index_bytes;   // bf16_index_twin: [index_num_pages, 128, 128] bf16
 
   // ---- the step ------------------------------------------------------------------
   std::vector<std::uint8_t> new_k;        // [num_tokens, num_kv_heads, 128] src_dtype
@@ -117,7 +125,9 @@ class Workload {
   std::vector<std::uint8_t> q;            // [num_tokens, num_q_heads, 128] q_dtype
   float q_scale = 1.0f;                   // dequant scale of an fp8 query
   std::vector<std::uint8_t> index_q;      // [num_tokens, num_kv_heads, 128] src_dtype
+  std::vector<std::uint8_t> index_q_e4m3; // fp8_index_query: [num_tokens, num_kv_heads, 128] e4m3
   std::vector<std::int32_t> topk;         // [num_tokens, num_kv_heads, topk] written by index
+  std::vector<std::int32_t> twin_topk;    // bf16_index_twin: the same, from the twin
   std::vector<std::uint8_t> out;          // [num_tokens, num_q_heads, 128] out_dtype
   std::vector<float> lse;                 // [num_tokens, num_q_heads]
 
@@ -127,6 +137,7 @@ class Workload {
   // ---- views of the host buffers ---------------------------------------------------
   KVCacheView kv_view() { return kv_view_at(kv_bytes.data(), k_scales.data(), v_scales.data()); }
   IndexCacheView index_view() { return index_view_at(index_bytes.data()); }
+  IndexCacheView twin_index_view() { return twin_index_view_at(twin_index_bytes.data()); }
   BlockTable table() const { return table_at(block_table.data()); }
   BlockTable index_table() const { return table_at(index_block_table.data()); }
   TopkView topk_view() {
@@ -136,12 +147,17 @@ class Workload {
   // The same views over copies of the buffers elsewhere (e.g. device memory).
   KVCacheView kv_view_at(void* base, float* k_scales_at, float* v_scales_at) const;
   IndexCacheView index_view_at(void* base) const;
+  IndexCacheView twin_index_view_at(void* base) const;
   BlockTable table_at(const std::int32_t* data) const;
 
   // Arguments of the three stages over the host buffers.
   InsertKVArgs insert_kv_args() const;
   InsertIndexArgs insert_index_args() const;
+  // The index query the indexer reads (index_q, or index_q_e4m3) and its dtype.
   IndexerArgs indexer_args();
+  // The bf16 twin: the same step over twin_index_bytes with the src_dtype index
+  // query, writing twin_topk. The step's keys go in with insert_index_args().
+  IndexerArgs twin_indexer_args();
   AttentionArgs attention_args();
 
   // Physical page of request r's logical block b (main and index cache).

@@ -391,8 +391,14 @@ TEST(BadInput, Insert) {
       {"index src f32", Op::insert_index, [](Call& c) { c.ik.src_dtype = DType::f32; }, {"src_dtype = f32"}},
       {"index_k in the cache", Op::insert_index, [](Call& c) { c.ik.index_k = c.w.index_bytes.data(); },
        {"index_cache (", "overlaps index_k"}},
-      {"index cache nvfp4", Op::insert_index, [](Call& c) { c.index_cache.dtype = DType::nvfp4; },
-       {"index_cache.dtype = nvfp4"}},
+      {"index cache e5m2", Op::insert_index, [](Call& c) { c.index_cache.dtype = DType::fp8_e5m2; },
+       {"index_cache.dtype = fp8_e5m2"}},
+      {"nvfp4 index cache page", Op::insert_index,
+       [](Call& c) { c.index_cache.dtype = DType::nvfp4, c.index_cache.page_stride = 9000; },
+       {"index_cache.page_stride = 9000 is smaller than one page (9216 bytes)"}},
+      {"nvfp4 index cache scale", Op::insert_index,
+       [](Call& c) { c.index_cache.dtype = DType::nvfp4, c.index_cache.global_scale = 0.0f; },
+       {"index_cache.global_scale = 0"}},
   };
   for (const Case& c : cases) expect_refused(c);
 }

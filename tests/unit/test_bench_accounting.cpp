@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "../../tools/msa/cuda/bench_accounting.hpp"
+#include "../../tools/msa/cuda/bench_directed.hpp"
+#include "../../tools/msa/cuda/bench_sets.hpp"
 #include "../../tools/msa/cuda/bench_topk.hpp"
 #include "../../tools/msa/cuda/check_cases.hpp"
 #include "../../tools/msa/cuda/check_compare.hpp"
@@ -383,6 +386,263 @@ TEST(BenchTiming, Summary) {
   EXPECT_EQ(summarize_ms({}).samples, 0);
 }
 
+TEST(BenchAccounting, IndexBytesPerDtype) {
+  EXPECT_EQ(index_row_bytes(DType::bf16), 256);
+  EXPECT_EQ(index_row_bytes(DType::fp8_e4m3), 128);
+  EXPECT_EQ(index_row_bytes(DType::nvfp4), 72);
+  const std::vector<std::int32_t> qs = starts({1, 3}), seq{129, 1000};
+  EXPECT_DOUBLE_EQ(index_traffic(qs, seq, 4, DType::nvfp4).bytes, 10.0 * 9216);
+  EXPECT_EQ(index_traffic(qs, seq, 4, DType::nvfp4).keys, index_traffic(qs, seq, 4, DType::bf16).keys);
+}
+
+TEST(BenchAccounting, InsertTrafficByHand) {
+  // 3 tokens, 2 KV heads. Read: K and V 3 x 2 x 128 bf16 each, index keys 3 x
+  // 128 bf16, two int64 slots per token.
+  const double read = 2 * 3 * 2 * 128 * 2 + 3 * 128 * 2 + 3 * 2 * 8;
+  Traffic t = insert_traffic(3, 2, DType::bf16, ScaleMode::none, DType::bf16);
+  EXPECT_DOUBLE_EQ(t.bytes, read + 3 * 2 * 512 + 3 * 256);
+  EXPECT_EQ(t.keys, 3);
+  EXPECT_DOUBLE_EQ(t.flops, 0.0);
+  t = insert_traffic(3, 2, DType::fp8_e4m3, ScaleMode::per_tensor, DType::fp8_e4m3);
+  EXPECT_DOUBLE_EQ(t.bytes, read + 3 * 2 * 256 + 3 * 128);
+  t = insert_traffic(3, 2, DType::fp8_e4m3, ScaleMode::per_token_head, DType::bf16);
+  EXPECT_DOUBLE_EQ(t.bytes, read + 3 * 2 * (256 + 8) + 3 * 256);
+  t = insert_traffic(3, 2, DType::nvfp4, ScaleMode::per_tensor, DType::nvfp4);
+  EXPECT_DOUBLE_EQ(t.bytes, read + 3 * 2 * 144 + 3 * 72);
+}
+
+TEST(BenchAccounting, StageSharesAndSums) {
+  const std::vector<double> s = stage_shares({1.0, 3.0, 4.0});
+  EXPECT_DOUBLE_EQ(s[0], 0.125);
+  EXPECT_DOUBLE_EQ(s[1], 0.375);
+  EXPECT_DOUBLE_EQ(s[2], 0.5);
+  EXPECT_EQ(stage_shares({0.0, 0.0}), (std::vector<double>{0.0, 0.0}));
+  const Traffic t = Traffic{1.0, 2.0, 3, 4} + Traffic{10.0, 20.0, 30, 40};
+  EXPECT_DOUBLE_EQ(t.flops, 11.0);
+  EXPECT_DOUBLE_EQ(t.bytes, 22.0);
+  EXPECT_EQ(t.keys, 33);
+  EXPECT_EQ(t.blocks, 44);
+}
+
+TEST(BenchCases, LayerAndPatternNames) {
+  BenchCase c = make_bench_case(BenchOp::layer, false, 64, 4, DType::fp8_e4m3, 131072, 128, 4);
+  c.index_dtype = DType::nvfp4;
+  EXPECT_EQ(c.name(), "layer verify 64/4 fp8_e4m3 index=nvfp4 ctx=128K b=128 q=4");
+  EXPECT_TRUE(matches_any(c, {"layer index=nvfp4"}));
+  EXPECT_FALSE(matches_any(c, {"layer index=bf16"}));
+  BenchCase a = make_bench_case(BenchOp::attend, true, 16, 1, DType::bf16, 32768, 1, 4096);
+  EXPECT_EQ(a.name(), "attend prefill 16/1 bf16 ctx=32K b=1 q=4096");
+  a.pattern = TopkPattern::clustered;
+  EXPECT_EQ(a.name(), "attend prefill 16/1 bf16 ctx=32K b=1 q=4096 clustered");
+  // The case's own pattern, else the run's, else random (attend) / clustered (layer).
+  EXPECT_EQ(case_pattern(a, TopkPattern::random), TopkPattern::clustered);
+  a.pattern.reset();
+  EXPECT_EQ(case_pattern(a, std::nullopt), TopkPattern::random);
+  EXPECT_EQ(case_pattern(a, TopkPattern::clustered), TopkPattern::clustered);
+  EXPECT_EQ(case_pattern(c, std::nullopt), TopkPattern::clustered);
+  EXPECT_EQ(case_pattern(c, TopkPattern::random), TopkPattern::random);
+  EXPECT_EQ(index_query_dtype(DType::fp8_e4m3), DType::fp8_e4m3);
+  EXPECT_EQ(index_query_dtype(DType::bf16), DType::bf16);
+  EXPECT_EQ(index_query_dtype(DType::nvfp4), DType::bf16);
+}
+
+TEST(BenchCases, LayerSetCoversAndFits) {
+  const auto cases = bench_case_set("layer");
+  std::set<std::string> names;
+  std::map<DType, int> by_index;
+  std::set<std::int32_t> batches, qlens, contexts;
+  std::set<int> shapes;
+  int prefills = 0, fp8_kv = 0;
+  for (const BenchCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.op, BenchOp::layer);
+    EXPECT_TRUE(names.insert(c.name()).second);
+    EXPECT_FALSE(c.pattern.has_value());
+    ++by_index[c.index_dtype];
+    shapes.insert(c.num_q_heads * 100 + c.num_kv_heads);
+    if (c.prefill) {
+      ++prefills;
+    } else {
+      batches.insert(c.batch);
+      qlens.insert(c.query_len);
+      contexts.insert(c.context);
+    }
+    fp8_kv += c.dtype == DType::fp8_e4m3;
+    EXPECT_TRUE(c.dtype == DType::bf16 || c.dtype == DType::fp8_e4m3);
+    // Two copies and the shared inputs fit the bench's 40 GB.
+    EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9);
+  }
+  EXPECT_EQ(cases.size(), 134u);
+  EXPECT_EQ(by_index[DType::bf16], 60 + 6 + 4);
+  EXPECT_EQ(by_index[DType::fp8_e4m3], 24 + 6);
+  EXPECT_EQ(by_index[DType::nvfp4], 24 + 6 + 4);
+  EXPECT_EQ(prefills, 18 + 4);
+  EXPECT_EQ(fp8_kv, 8);
+  EXPECT_EQ(batches, (std::set<std::int32_t>{1, 8, 32, 64, 128}));
+  EXPECT_EQ(qlens, (std::set<std::int32_t>{1, 2, 4}));
+  EXPECT_EQ(contexts, (std::set<std::int32_t>{32768, 131072}));
+  EXPECT_EQ(shapes, (std::set<int>{1601, 6404}));
+  for (const char* n : {"layer decode 16/1 bf16 index=bf16 ctx=128K b=128 q=1",
+                        "layer decode 64/4 bf16 index=nvfp4 ctx=128K b=128 q=1",
+                        "layer decode 64/4 bf16 index=fp8_e4m3 ctx=32K b=8 q=1",
+                        "layer verify 16/1 bf16 index=bf16 ctx=32K b=1 q=2",
+                        "layer prefill 16/1 bf16 index=bf16 ctx=170K b=1 q=16384",
+                        "layer prefill 64/4 bf16 index=nvfp4 ctx=64K b=10 q=256",
+                        "layer prefill 64/4 fp8_e4m3 index=nvfp4 ctx=170K b=1 q=16384"})
+    EXPECT_TRUE(names.count(n)) << n;
+  const auto quick = bench_case_set("layer", true);
+  EXPECT_GE(quick.size(), 8u);
+  EXPECT_LE(quick.size(), 16u);
+  for (const BenchCase& c : quick) EXPECT_EQ(c.op, BenchOp::layer);
+  EXPECT_EQ(bench_case_set("default", true).size(), quick_bench_cases().size());
+  EXPECT_THROW(bench_case_set("production", true), Error);
+  EXPECT_THROW(bench_case_set("peers", true), Error);
+}
+
+TEST(BenchCases, IndexSetCoversTheIndexDtypes) {
+  std::set<DType> dtypes;
+  for (const BenchCase& c : bench_case_set("index")) {
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.op, BenchOp::index);
+    EXPECT_FALSE(c.prefill && c.dtype == DType::nvfp4);
+    dtypes.insert(c.dtype);
+    EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9);
+  }
+  EXPECT_EQ(dtypes, (std::set<DType>{DType::bf16, DType::fp8_e4m3, DType::nvfp4}));
+}
+
+TEST(BenchCases, PeersSetIsTheComparisonTables) {
+  const auto cases = bench_case_set("peers");
+  EXPECT_EQ(cases.size(), 3u * 42u);
+  std::set<std::string> names;
+  std::map<DType, int> by_kv;
+  for (const BenchCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.op, BenchOp::attend);
+    EXPECT_TRUE(names.insert(c.name()).second);
+    ++by_kv[c.dtype];
+    EXPECT_EQ(c.pattern.has_value(), c.prefill);
+    EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9);
+  }
+  EXPECT_EQ(by_kv, (std::map<DType, int>{{DType::bf16, 42}, {DType::fp8_e4m3, 42}, {DType::nvfp4, 42}}));
+  for (const char* kv : {"fp8_e4m3", "bf16", "nvfp4"}) {
+    const std::string k = kv;
+    for (const char* pattern : {"random", "clustered"}) {
+      const std::string p = pattern;
+      for (const std::string& n :
+           {"attend prefill 16/1 " + k + " ctx=32K b=1 q=4096 " + p, "attend prefill 64/4 " + k + " ctx=32K b=1 q=4096 " + p,
+            "attend prefill 16/1 " + k + " ctx=128K b=1 q=4096 " + p, "attend prefill 16/1 " + k + " ctx=32K b=1 q=32768 " + p})
+        EXPECT_TRUE(names.count(n)) << n;
+    }
+    for (const std::string& n :
+         {"attend prefill 16/1 " + k + " ctx=64K b=10 q=256 clustered", "attend prefill 64/4 " + k + " ctx=64K b=4 q=1536 clustered",
+          "attend prefill 64/4 " + k + " ctx=170K b=1 q=16384 clustered", "attend decode 16/1 " + k + " ctx=32K b=1 q=1",
+          "attend decode 64/4 " + k + " ctx=128K b=128 q=1", "attend decode 16/1 " + k + " ctx=128K b=64 q=1",
+          "attend verify 16/1 " + k + " ctx=32K b=32 q=4", "attend verify 64/4 " + k + " ctx=128K b=128 q=4"})
+      EXPECT_TRUE(names.count(n)) << n;
+  }
+  EXPECT_TRUE(matches_any(cases.front(), {"fp8_e4m3 random"}));
+}
+
+TEST(BenchTopk, StepSlotsFollowTheMap) {
+  // Two requests: 2 new tokens at positions 254, 255 (block 1), 1 new token at
+  // position 128 (block 1), and a padding request.
+  const std::vector<std::int32_t> qs = starts({2, 1, 1}), seq{256, 129, 0};
+  const PageMap m = map_pages(qs, seq, {}, 1, 16, true, 10);
+  ASSERT_EQ(m.max_blocks, 2);
+  const std::vector<std::int64_t> slots = step_slots(qs, seq, m);
+  ASSERT_EQ(slots.size(), 4u);
+  EXPECT_EQ(slots[0], std::int64_t(m.table[1]) * 128 + 126);
+  EXPECT_EQ(slots[1], std::int64_t(m.table[1]) * 128 + 127);
+  EXPECT_EQ(slots[2], std::int64_t(m.table[3]) * 128 + 0);
+  EXPECT_EQ(slots[3], -1);
+}
+
+TEST(BenchDirected, GroupsOfPagesAndTokens) {
+  const std::vector<std::int32_t> qs = starts({1, 2}), seq{1000, 600};  // 8 and 5 blocks
+  const std::int64_t per = groups_per_request(seq);
+  EXPECT_EQ(per, 2);
+  const PageMap m = map_pages(qs, seq, {}, 1, 16, true, 7);
+  const std::vector<std::int64_t> g = page_groups(m, 7, per);
+  ASSERT_EQ(std::int64_t(g.size()), m.pages);
+  EXPECT_EQ(g[0], -1);  // the shared page
+  for (std::int32_t r = 0; r < 2; ++r) {
+    for (std::int32_t b = 0; b < (seq[std::size_t(r)] + 127) / 128; ++b) {
+      const std::int32_t page = m.table[std::size_t(r * m.max_blocks + b)];
+      EXPECT_EQ(g[std::size_t(page - 7)], r * per + b / 4) << r << " " << b;
+    }
+  }
+  // Positions 999 (block 7), 598 and 599 (block 4).
+  EXPECT_EQ(token_groups(qs, seq, per), (std::vector<std::int64_t>{1, per + 1, per + 1}));
+}
+
+TEST(BenchDirected, QueryGroupsShareAndDrift) {
+  const std::vector<std::int32_t> dq = starts({4, 4}), dseq{131072 + 4, 8192 + 4};
+  const std::int64_t per = groups_per_request(dseq);
+  EXPECT_TRUE(std::all_of(query_groups(dq, dseq, 2, false, TopkPattern::random, per, 1).begin(),
+                          query_groups(dq, dseq, 2, false, TopkPattern::random, per, 1).end(),
+                          [](std::int64_t x) { return x == -1; }));
+  const auto g = query_groups(dq, dseq, 2, false, TopkPattern::clustered, per, 1);
+  ASSERT_EQ(g.size(), 8u * 2 * kQueryGroups);
+  EXPECT_EQ(g, query_groups(dq, dseq, 2, false, TopkPattern::clustered, per, 1));
+  for (std::int32_t t = 0; t < 8; ++t) {
+    const std::int32_t r = t < 4 ? 0 : 1;
+    const std::int64_t eligible = (dseq[std::size_t(r)] - 4) / 128 / kRunBlocks;
+    for (int h = 0; h < 2; ++h) {
+      const std::int64_t* row = g.data() + (t * 2 + h) * kQueryGroups;
+      std::set<std::int64_t> distinct(row, row + kQueryGroups);
+      EXPECT_EQ(distinct.size(), std::size_t(kQueryGroups));
+      for (int k = 0; k < kQueryGroups; ++k) {
+        EXPECT_GE(row[k], r * per);
+        EXPECT_LT(row[k], r * per + eligible);
+      }
+    }
+  }
+  // The verify rows of a request share most of their groups.
+  std::set<std::int64_t> request0;
+  for (std::int32_t t = 0; t < 4; ++t) request0.insert(g.begin() + t * 2 * kQueryGroups, g.begin() + t * 2 * kQueryGroups + kQueryGroups);
+  EXPECT_LT(request0.size(), 12u);
+  // Prefill: neighbouring tokens share their set; the set drifts over the chunk.
+  const std::vector<std::int32_t> pq = starts({512}), pseq{32768 + 512};
+  const auto p = query_groups(pq, pseq, 1, true, TopkPattern::clustered, groups_per_request(pseq), 3);
+  int changes = 0;
+  for (std::int32_t t = 1; t < 512; ++t)
+    changes += !std::equal(p.begin() + t * kQueryGroups, p.begin() + (t + 1) * kQueryGroups, p.begin() + (t - 1) * kQueryGroups);
+  EXPECT_GT(changes, 20);
+  EXPECT_LT(changes, 120);
+  for (std::int32_t t = 0; t < 512; ++t)
+    for (int k = 0; k < kQueryGroups; ++k) EXPECT_LE(p[std::size_t(t * kQueryGroups + k)], (32768 + t) / 128 / kRunBlocks);
+}
+
+TEST(BenchDirected, SelectionFractionByHand) {
+  // One decode request at position 1024 (block 8), one KV head, top-k 5, its
+  // groups {0, 1} (blocks 0-7).
+  const std::vector<std::int32_t> qs = starts({1}), seq{1025};
+  const std::int64_t per = groups_per_request(seq);
+  std::vector<std::int64_t> groups{0, 1, -1, -1};
+  const std::vector<std::int32_t> topk{1, 2, 6, 7, 8};
+  EXPECT_DOUBLE_EQ(group_selection_fraction(qs, seq, {1, 2, 5, 8, -1}, 1, 5, groups, per), 1.0);
+  EXPECT_DOUBLE_EQ(group_selection_fraction(qs, seq, topk, 1, 5, groups, per), 1.0);
+  groups = {0, -1, -1, -1};
+  EXPECT_DOUBLE_EQ(group_selection_fraction(qs, seq, topk, 1, 5, groups, per), 0.5);
+  EXPECT_DOUBLE_EQ(group_selection_fraction(qs, seq, topk, 1, 5, {-1, -1, -1, -1}, per), -1.0);
+}
+
+TEST(BenchAccounting, LayerCopyBoundCoversItsMaps) {
+  // A layer step of 3 prefill requests: the index map of every block, a KV map
+  // of selected blocks and the tables fit the bound of one copy.
+  BenchCase c = make_bench_case(BenchOp::layer, true, 8, 2, DType::bf16, 1000, 3, 300);
+  c.index_dtype = DType::nvfp4;
+  const BatchMetadata m = build_metadata(bench_batch_spec(c));
+  const auto ids = make_bench_topk(m.query_start, m.seq_lens, 2, 16, true, TopkPattern::random, 5);
+  const PageMap index = map_pages(m.query_start, m.seq_lens, {}, 2, 16, true, 0);
+  const PageMap kv = map_pages(m.query_start, m.seq_lens, ids, 2, 16, false, 0);
+  const double used = double(index.pages) * 9216 + double(kv.pages) * 2 * 65536 +
+                      4.0 * double(ids.size() + index.table.size() + kv.table.size()) + 16.0 * double(m.num_tokens);
+  EXPECT_LE(used, bench_copy_bytes_bound(c));
+  EXPECT_GT(bench_shared_bytes(c), 0.0);
+}
+
 TEST(CheckCases, CoverEveryDimension) {
   const std::uint64_t seed = 1234;
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
@@ -391,6 +651,7 @@ TEST(CheckCases, CoverEveryDimension) {
   std::set<int> groups, topks, kinds;
   std::set<DType> qs, index_dtypes;
   std::set<std::int32_t> seqs;
+  int fp8_index_queries = 0;
   for (const CheckCase& c : cases) {
     SCOPED_TRACE(c.name());
     flavors.insert(kv_flavor_name(c.kv_dtype, c.scale_mode));
@@ -400,6 +661,13 @@ TEST(CheckCases, CoverEveryDimension) {
     kinds.insert(int(c.kind));
     qs.insert(c.q_dtype);
     index_dtypes.insert(c.index_dtype);
+    fp8_index_queries += c.fp8_index_query;
+    if (c.fp8_index_query) {
+      EXPECT_EQ(c.index_dtype, DType::fp8_e4m3);
+      EXPECT_EQ(c.iq_dtype(), DType::fp8_e4m3);
+    } else {
+      EXPECT_EQ(c.iq_dtype(), c.src_dtype);
+    }
     for (const auto s : c.seq_lens) seqs.insert(s);
     // The batch is one the metadata accepts, with at least one real request.
     BatchSpec spec{c.query_lens, c.seq_lens, c.decode_threshold};
@@ -417,7 +685,8 @@ TEST(CheckCases, CoverEveryDimension) {
   EXPECT_EQ(topks, (std::set<int>{1, 16, 64}));
   EXPECT_EQ(kinds.size(), 4u);
   EXPECT_TRUE(qs.count(DType::fp8_e4m3));
-  EXPECT_EQ(index_dtypes.size(), 2u);
+  EXPECT_EQ(index_dtypes, (std::set<DType>{DType::bf16, DType::fp8_e4m3, DType::nvfp4}));
+  EXPECT_GE(fp8_index_queries, 84 / 3 / 4) << "about half of the fp8 index cases";
   for (const std::int32_t s : {1, 127, 129, 2047, 2049}) EXPECT_TRUE(seqs.count(s)) << "seq_len " << s;
   EXPECT_GE(*seqs.rbegin(), 10000);
 }

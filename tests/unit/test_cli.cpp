@@ -3,8 +3,8 @@
 // library error exits 1 as "msa: error: ...", and `msa run` on tiny workloads
 // (several dtypes, layouts and TP degrees) passes its oracle check and exits 0.
 //
-// The binary is $MSA_BIN, or `msa` in the parent of this test's directory
-// (build/tests/test_cli -> build/msa).
+// The binary is $MSA_BIN, or this build's command (MSA_CLI_PATH, set by
+// tests/CMakeLists.txt: build/bin/msa).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -24,7 +24,7 @@ namespace fs = std::filesystem;
 
 fs::path msa_binary() {
   if (const char* env = std::getenv("MSA_BIN")) return env;
-  return fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "msa";
+  return MSA_CLI_PATH;
 }
 
 struct Result {
@@ -105,6 +105,8 @@ TEST(Cli, BadOptionsExit2WithAMessage) {
         Case{"run --kv-dtype fp16 --kv-scales tensor", "--kv-scales: tensor applies to fp8 caches only"},
         Case{"run --kv-dtype nvfp4 --kv-scales token", "--kv-dtype nvfp4 has group scales"},
         Case{"run --kv-dtype nvfp4 --layout split", "--layout: split does not apply to an nvfp4 cache"},
+        Case{"run --index-dtype fp16", "not an index cache dtype (bf16, fp8_e4m3, nvfp4)"},
+        Case{"run --input q", "--input"},
         Case{"frobnicate", "frobnicate"}, Case{"", "subcommand"}}) {
     SCOPED_TRACE(std::string("msa ") + c.args);
     const Result r = run_msa(c.args);
@@ -141,6 +143,14 @@ TEST(Cli, HelpExits0) {
   EXPECT_TRUE(contains(r.output, "--kv-dtype")) << r.output;
 }
 
+TEST(Cli, VersionNamesTheCommitAndBackends) {
+  const Result r = run_msa("--version");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, std::string("msa ") + MSA_PROJECT_VERSION + " (commit ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "CPU engine")) << r.output;
+  EXPECT_FALSE(contains(r.output, "commit )")) << r.output;
+}
+
 TEST(Cli, LibraryErrorExits1) {
   // /dev/full can be opened but not written: found only when the report is.
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
@@ -167,7 +177,7 @@ TEST(Cli, MemoryIsEstimatedBeforeAllocating) {
   // Under a given limit: the estimate, its parts and the limit, exit 2, no work.
   const Result r = run_msa("run --batch 1024 --host-memory 1G");
   EXPECT_EQ(r.code, 2) << r.output;
-  for (const char* word : {"needs about ", " GiB of host memory (KV cache ", "oracle check", "the limit is 1.0 GiB (--host-memory)"})
+  for (const char* word : {"needs about ", " GiB of host memory (KV cache ", "oracle checks", "the limit is 1.0 GiB (--host-memory)"})
     EXPECT_TRUE(contains(r.output, word)) << "no '" << word << "' in\n" << r.output;
   EXPECT_FALSE(contains(r.output, "msa run: [")) << r.output;  // no progress line
   // Under the machine's own limit: 4096 decodes of 16M tokens are tens of TiB.
@@ -186,7 +196,8 @@ TEST(Cli, TinyRunPasses) {
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "PASS")) << r.output;
   for (const char* word :
-       {"decode", "prefill", "insert", "index", "attend", "relative Frobenius", "lse"}) {
+       {"decode", "prefill", "insert", "index", "attend", "relative Frobenius", "lse", "pre-attn",
+        "float64 norm + RoPE"}) {
     EXPECT_TRUE(contains(r.output, word)) << "no '" << word << "' in\n" << r.output;
   }
   std::ifstream f(json);
@@ -203,11 +214,35 @@ TEST(Cli, TinyRunsPassAcrossDtypesLayoutsAndTp) {
         "--tp 2 --kv-dtype fp8_e5m2 --kv-scales token --layout split",
         "--tp 8 --kv-dtype nvfp4 --index-dtype fp8_e4m3", "--kv-dtype fp16 --q-dtype fp16 --topk 5",
         "--q-dtype fp8_e4m3 --draft-tokens 0 --topk 64", "--batch 0 --prefill-tokens 300",
-        "--prefill-tokens 0 --batch 5 --draft-tokens 3"}) {
+        "--prefill-tokens 0 --batch 5 --draft-tokens 3", "--input kv --kv-dtype fp8_e4m3 --kv-scales token"}) {
     SCOPED_TRACE(std::string("msa ") + kTiny + extra);
     const Result r = run_msa(kTiny + extra);
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_TRUE(contains(r.output, "PASS")) << r.output;
+  }
+}
+
+// An fp8 or nvfp4 index cache passes the oracle check (on the values it holds)
+// and reports how many of the bf16 index's blocks it keeps; a bf16 one reports none.
+TEST(Cli, LowPrecisionIndexReportsItsAgreementWithBf16) {
+  for (const char* dtype : {"fp8_e4m3", "nvfp4", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const fs::path json = fs::temp_directory_path() /
+                          ("msa_test_cli_" + std::to_string(getpid()) + "_" + dtype + ".json");
+    const Result r = run_msa(kTiny + "--backend cpu --seed 3 --index-dtype " + dtype + " --json '" +
+                             json.string() + "'");
+    EXPECT_EQ(r.code, 0) << r.output;
+    EXPECT_TRUE(contains(r.output, "PASS")) << r.output;
+    const bool low = std::string(dtype) != "bf16";
+    EXPECT_EQ(contains(r.output, "against a bf16 index of the same keys"), low) << r.output;
+    std::ifstream f(json);
+    std::stringstream text;
+    text << f.rdbuf();
+    EXPECT_EQ(contains(text.str(), "\"fraction_kept\""), low) << text.str();
+    if (!low) {
+      EXPECT_TRUE(contains(text.str(), "\"index_agreement\": null")) << text.str();
+    }
+    fs::remove(json);
   }
 }
 

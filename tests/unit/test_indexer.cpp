@@ -27,6 +27,7 @@
 namespace {
 
 using namespace msa;
+using msa::test::expect_error;
 constexpr int B = kBlockSize, D = kHeadDim;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr std::int32_t kPoison = 0x5A5A5A5A;
@@ -73,26 +74,51 @@ struct Spec {
   int heads = 4, topk = 16, init = 0, local = 1;
   DType iq_dtype = DType::bf16, cache_dtype = DType::bf16;
   std::int64_t page_stride_pages = 1;  // > 1: pages interleaved with other layers' pages
+  float global_scale = 1.0f / 64.0f;   // nvfp4 cache only
 };
+
+// One nvfp4 index row (contract 4.2): 64 data bytes, element 2i in the low
+// nibble of byte i, then the e4m3 scale of elements 16g .. 16g + 15 at byte 64 + g.
+constexpr int kRowBytes = 72, kPageBytes = B * kRowBytes;
+
+// Element d of an nvfp4 row as the CPU engine decodes it: e2m1 * scale * global
+// in fp32, left to right.
+float nvfp4_element(const std::uint8_t* row, int d, float global) {
+  const std::uint8_t code = std::uint8_t(d % 2 ? row[d / 2] >> 4 : row[d / 2] & 0xF);
+  return num::e2m1_to_float(code) * num::e4m3_to_float(row[64 + d / 16]) * global;
+}
 
 struct Case {
   Spec spec;
   std::vector<std::int32_t> query_start, seq_lens, token_request, table;
-  std::vector<std::uint16_t> iq;     // [tokens, heads, 128]
+  std::vector<std::uint8_t> iq;      // [tokens, heads, 128] of iq_dtype
   std::vector<std::uint8_t> bytes;   // index cache storage
+  std::vector<float> shadow;         // nvfp4: the unquantized value of every cache element
   StepView step;
   IndexerArgs args;
   std::int32_t max_blocks = 0;
 
   std::int32_t position(std::int32_t t) const { return step.position(t); }
+  std::size_t q_index(std::int32_t t, int h, int d) const { return (std::size_t(t) * spec.heads + h) * D + d; }
   float q(std::int32_t t, int h, int d) const {
-    const std::uint16_t v = iq[(std::size_t(t) * spec.heads + h) * D + d];
+    const std::size_t i = q_index(t, h, d);
+    if (spec.iq_dtype == DType::fp8_e4m3) return num::e4m3_to_float(iq[i]);
+    std::uint16_t v;
+    std::memcpy(&v, iq.data() + 2 * i, 2);
     return spec.iq_dtype == DType::bf16 ? num::bf16_to_float(v) : num::fp16_to_float(v);
   }
   std::int64_t at(std::int32_t r, std::int32_t j, int d) const {
     return args.cache.offset(args.block_table.at(r, j / B), j % B, d);
   }
+  // nvfp4: byte offset of the row of position j of request r, and the shadow index of element d.
+  std::int64_t row_at(std::int32_t r, std::int32_t j) const {
+    return std::int64_t(args.block_table.at(r, j / B)) * args.cache.page_stride + (j % B) * kRowBytes;
+  }
+  std::size_t shadow_at(std::int32_t r, std::int32_t j, int d) const {
+    return (std::size_t(args.block_table.at(r, j / B)) * B + std::size_t(j % B)) * D + std::size_t(d);
+  }
   float k(std::int32_t r, std::int32_t j, int d) const {
+    if (spec.cache_dtype == DType::nvfp4) return nvfp4_element(bytes.data() + row_at(r, j), d, spec.global_scale);
     const std::int64_t o = at(r, j, d);
     if (spec.cache_dtype == DType::bf16) {
       std::uint16_t v;
@@ -101,7 +127,21 @@ struct Case {
     }
     return num::e4m3_to_float(bytes[o]);
   }
+  // Sets one element; nvfp4 quantizes the element's 16-value group again.
   void set_k(std::int32_t r, std::int32_t j, int d, float x) {
+    if (spec.cache_dtype == DType::nvfp4) {
+      shadow[shadow_at(r, j, d)] = x;
+      const float* g = &shadow[shadow_at(r, j, d / 16 * 16)];
+      std::uint8_t* row = bytes.data() + row_at(r, j);
+      float amax = 0.0f;
+      for (int e = 0; e < 16; ++e) amax = std::fmax(amax, std::fabs(g[e]));
+      const float s = spec.global_scale;
+      const std::uint8_t sf = num::nvfp4_group_scale(amax, s);
+      row[64 + d / 16] = sf;
+      for (int e = 0; e < 16; e += 2)
+        row[(d / 16 * 16 + e) / 2] = std::uint8_t(num::nvfp4_encode(g[e], sf, s) | (num::nvfp4_encode(g[e + 1], sf, s) << 4));
+      return;
+    }
     const std::int64_t o = at(r, j, d);
     if (spec.cache_dtype == DType::bf16) {
       const std::uint16_t v = num::float_to_bf16(x);
@@ -111,8 +151,13 @@ struct Case {
     }
   }
   void set_q(std::int32_t t, int h, int d, float x) {
-    iq[(std::size_t(t) * spec.heads + h) * D + d] =
-        spec.iq_dtype == DType::bf16 ? num::float_to_bf16(x) : num::float_to_fp16(x);
+    const std::size_t i = q_index(t, h, d);
+    if (spec.iq_dtype == DType::fp8_e4m3) {
+      iq[i] = num::float_to_e4m3(x);
+      return;
+    }
+    const std::uint16_t v = spec.iq_dtype == DType::bf16 ? num::float_to_bf16(x) : num::float_to_fp16(x);
+    std::memcpy(iq.data() + 2 * i, &v, 2);
   }
   // Dequantized keys [request][j * 128 + d] and queries, read back from the
   // cache and index_q; refresh() after editing either.
@@ -125,7 +170,7 @@ struct Case {
         for (int d = 0; d < D; ++d) kf[r].push_back(k(std::int32_t(r), j, d));
       }
     }
-    qf.resize(iq.size());
+    qf.resize(std::size_t(step.num_tokens) * spec.heads * D);
     for (std::int32_t t = 0; t < step.num_tokens; ++t) {
       for (int h = 0; h < spec.heads; ++h) {
         for (int d = 0; d < D; ++d) qf[(std::size_t(t) * spec.heads + h) * D + d] = q(t, h, d);
@@ -190,11 +235,13 @@ Case make_case(const Spec& spec, std::uint64_t seed) {
   }
 
   IndexerArgs& a = s.args;
-  a.cache.dtype = spec.cache_dtype;
-  a.cache.num_pages = pages;
-  a.cache.page_stride = spec.page_stride_pages * B * D;
-  const std::int64_t elems = pages * a.cache.page_stride;
-  s.bytes.assign(elems * std::int64_t(dtype_bytes(spec.cache_dtype)), 0);
+  const bool nvfp4 = spec.cache_dtype == DType::nvfp4;
+  a.cache = make_index_cache_view(spec.cache_dtype, nullptr, pages,
+                                  spec.page_stride_pages * (nvfp4 ? kPageBytes : B * D),
+                                  nvfp4 ? spec.global_scale : 1.0f);
+  const std::int64_t units = pages * a.cache.page_stride;  // bytes for nvfp4, elements otherwise
+  s.bytes.assign(nvfp4 ? units : units * std::int64_t(dtype_bytes(spec.cache_dtype)), 0);
+  if (nvfp4) s.shadow.assign(std::size_t(pages) * B * D, 0.0f);
   a.cache.base = s.bytes.data();
   a.block_table = BlockTable{s.table.data(), n, s.max_blocks + 2, row_stride};
   a.iq_dtype = spec.iq_dtype;
@@ -212,7 +259,7 @@ Case make_case(const Spec& spec, std::uint64_t seed) {
       for (int d = 0; d < D; ++d) s.set_k(r, j, d, j < spec.seq_lens[r] ? normal(rng) : (coin(rng) ? 400.f : -400.f));
     }
   }
-  s.iq.resize(std::size_t(tokens) * spec.heads * D);
+  s.iq.resize(std::size_t(tokens) * spec.heads * D * (spec.iq_dtype == DType::fp8_e4m3 ? 1 : 2));
   a.index_q = s.iq.data();
   for (std::int32_t t = 0; t < tokens; ++t) {
     for (int h = 0; h < spec.heads; ++h) {
@@ -380,6 +427,37 @@ TEST(IndexerKernels, LoadKeyBlockDecodesAndTransposes) {
   }
 }
 
+TEST(IndexerKernels, LoadKeyBlockDecodesNvfp4Rows) {
+  std::mt19937_64 rng(6);
+  for (float global : {1.0f / 64.0f, 0.0173f}) {
+    // Three pages 2.5 pages apart (interleaved layers, odd byte stride).
+    const IndexCacheView c = make_index_cache_view(DType::nvfp4, nullptr, 3, 5 * kPageBytes / 2 + 3, global);
+    std::vector<std::uint8_t> bytes(std::size_t(c.num_pages * c.page_stride));
+    for (auto& x : bytes) x = std::uint8_t(rng());
+    IndexCacheView view = c;
+    view.base = bytes.data();
+    cpu::indexer::KeyBlock kb;
+    cpu::indexer::load_key_block(view, 2, kb);
+    int nans = 0;
+    for (int j = 0; j < B; ++j) {
+      const std::uint8_t* row = bytes.data() + 2 * c.page_stride + j * kRowBytes;
+      for (int d = 0; d < D; ++d) {
+        const float got = kb.v[d * B + j];
+        const float want = nvfp4_element(row, d, global);
+        ASSERT_TRUE(same_score(got, want)) << "j=" << j << " d=" << d << " got " << got << " want " << want;
+        nans += std::isnan(got);
+        // The fp32 value is the real dequantized value rounded once.
+        const std::uint8_t code = std::uint8_t(d % 2 ? row[d / 2] >> 4 : row[d / 2] & 0xF);
+        const double exact = double(num::e2m1_to_float(code)) * num::e4m3_to_float(row[64 + d / 16]) * double(global);
+        if (!std::isnan(exact)) {
+          ASSERT_EQ(got, float(exact)) << "j=" << j << " d=" << d;
+        }
+      }
+    }
+    EXPECT_GT(nans, 0) << "random scale bytes include the e4m3 NaN";
+  }
+}
+
 // ---- whole steps ---------------------------------------------------------------------
 
 TEST(Indexer, MixedDecodeAndPrefillM3Like) {
@@ -501,9 +579,118 @@ TEST(Indexer, TiesAndNaNScores) {
   check_against_reference(s, 2);
 }
 
-// ---- bad input -------------------------------------------------------------------------
+// nvfp4 keys: decodes, verify rows, chunked prefill, padding, H = 1, 2, 4,
+// interleaved pages and a global scale that is not a power of two.
+TEST(Indexer, Nvfp4KeysEveryKindOfRow) {
+  const std::uint64_t seed = 1011;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  int heads[] = {1, 2, 4};
+  for (int i = 0; i < 3; ++i) {
+    Spec spec;
+    if (i == 1) {  // verify rows (decode_query_len 3) and a prefill after them
+      spec.query_lens = {3, 3, 3, 3, 260};
+      spec.seq_lens = {3, 130, 0, 2049, 1100};
+      spec.num_decodes = 4;
+    } else {  // decodes, a fresh prompt, a chunk starting mid-block, a padding prefill
+      spec.query_lens = {1, 1, 1, 300, 129, 7};
+      spec.seq_lens = {1, 129, 3000, 300, 1000, 0};
+      spec.num_decodes = 3;
+    }
+    spec.heads = heads[i];
+    spec.iq_dtype = i == 2 ? DType::fp16 : DType::bf16;
+    spec.cache_dtype = DType::nvfp4;
+    spec.page_stride_pages = i == 0 ? 1 : 3;
+    spec.global_scale = i == 1 ? 0.0173f : 1.0f / 64.0f;
+    spec.topk = i == 0 ? 16 : 5;
+    spec.init = i == 2 ? 1 : 0;
+    SCOPED_TRACE("case " + std::to_string(i));
+    Case s = make_case(spec, seed + std::uint64_t(i));
+    check_against_reference(s, 2);
+  }
+}
 
-using msa::test::expect_error;
+// fp8 e4m3 queries with an fp8 e4m3 cache: decode, verify, prefill, padding.
+TEST(Indexer, Fp8QueriesWithFp8Keys) {
+  const std::uint64_t seed = 1012;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (int i = 0; i < 2; ++i) {
+    Spec spec;
+    spec.query_lens = i ? std::vector<std::int32_t>{2, 2, 2, 90} : std::vector<std::int32_t>{1, 1, 400, 3};
+    spec.seq_lens = i ? std::vector<std::int32_t>{2, 0, 2500, 1000} : std::vector<std::int32_t>{1, 1300, 400, 0};
+    spec.num_decodes = i ? 3 : 2;
+    spec.heads = i ? 4 : 1;
+    spec.iq_dtype = DType::fp8_e4m3;
+    spec.cache_dtype = DType::fp8_e4m3;
+    spec.page_stride_pages = 2;
+    SCOPED_TRACE("case " + std::to_string(i));
+    Case s = make_case(spec, seed + std::uint64_t(i));
+    check_against_reference(s, 2);
+  }
+}
+
+// An fp8 query scores exactly like a bf16 query holding the same values (every
+// e4m3 value is a bf16 value), and cast_index_query_e4m3 is the plain cast.
+TEST(Indexer, Fp8QueryScoresLikeItsValuesInBf16) {
+  Spec spec;
+  spec.query_lens = {1, 1, 50};
+  spec.seq_lens = {700, 2000, 600};
+  spec.num_decodes = 2;
+  spec.heads = 2;
+  spec.cache_dtype = DType::fp8_e4m3;
+  Case s = make_case(spec, 1013);
+  const std::int64_t n = std::int64_t(s.step.num_tokens) * spec.heads * D;
+  std::vector<std::uint8_t> q8(std::size_t(n), 0xEE);
+  cpu::cast_index_query_e4m3(s.iq.data(), DType::bf16, n, q8.data());
+  std::vector<std::uint16_t> q16(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint16_t v;
+    std::memcpy(&v, s.iq.data() + 2 * i, 2);
+    ASSERT_EQ(q8[std::size_t(i)], num::float_to_e4m3(num::bf16_to_float(v))) << i;
+    const float x = num::e4m3_to_float(q8[std::size_t(i)]);
+    q16[std::size_t(i)] = num::float_to_bf16(x);
+    ASSERT_EQ(num::bf16_to_float(q16[std::size_t(i)]), x) << "e4m3 value not exact in bf16";
+  }
+  const std::int32_t cols = s.max_blocks;
+  std::vector<float> a(std::size_t(n / D) * cols), b(a.size());
+  IndexerArgs fp8 = s.args, bf16 = s.args;
+  fp8.index_q = q8.data();
+  fp8.iq_dtype = DType::fp8_e4m3;
+  bf16.index_q = q16.data();
+  cpu::block_scores(s.step, fp8, a.data(), cols);
+  cpu::block_scores(s.step, bf16, b.data(), cols);
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(same_score(a[i], b[i])) << i;
+}
+
+TEST(Indexer, CastIndexQueryE4m3) {
+  const float xs[] = {0.0f, -0.0f, 1.0f, -1.0625f, 0.3f, 447.0f, 449.0f, 1e6f, -1e6f, 1e-9f,
+                      std::numeric_limits<float>::infinity(), -kInf, NAN};
+  for (DType src : {DType::bf16, DType::fp16}) {
+    SCOPED_TRACE(dtype_name(src));
+    std::vector<std::uint16_t> in;
+    for (float x : xs) in.push_back(src == DType::bf16 ? num::float_to_bf16(x) : num::float_to_fp16(x));
+    std::vector<std::uint8_t> out(in.size() + 1, 0xEE);
+    cpu::cast_index_query_e4m3(in.data(), src, std::int64_t(in.size()), out.data(), {.num_threads = 2});
+    for (std::size_t i = 0; i < in.size(); ++i) {
+      const float x = src == DType::bf16 ? num::bf16_to_float(in[i]) : num::fp16_to_float(in[i]);
+      EXPECT_EQ(out[i], num::float_to_e4m3(x)) << "x = " << x;
+    }
+    EXPECT_EQ(out[6] & 0x7F, 0x7E) << "449 saturates to 448";
+    EXPECT_EQ(out[7], 0x7E) << "inf or overflow saturates";
+    EXPECT_EQ(out[11], 0xFE) << "-inf saturates to -448";
+    EXPECT_EQ(out[12] & 0x7F, 0x7F) << "NaN stays NaN";
+    EXPECT_EQ(out[in.size()], 0xEE) << "wrote past n";
+  }
+  std::uint16_t one = 0x3F80;
+  std::uint8_t out = 0;
+  expect_error([&] { cpu::cast_index_query_e4m3(&one, DType::fp8_e4m3, 1, &out); },
+               {"src_dtype = fp8_e4m3", "bf16 or fp16"});
+  expect_error([&] { cpu::cast_index_query_e4m3(&one, DType::bf16, -1, &out); }, {"n = -1"});
+  expect_error([&] { cpu::cast_index_query_e4m3(nullptr, DType::bf16, 1, &out); }, {"src is null"});
+  expect_error([&] { cpu::cast_index_query_e4m3(&one, DType::bf16, 1, nullptr); }, {"dst is null"});
+  cpu::cast_index_query_e4m3(nullptr, DType::bf16, 0, nullptr);  // nothing to do
+}
+
+// ---- bad input -------------------------------------------------------------------------
 
 TEST(Indexer, BadInputIsReportedByName) {
   Spec spec;
@@ -522,10 +709,32 @@ TEST(Indexer, BadInputIsReportedByName) {
     expect_error([&] { cpu::index(s.step, a); }, words);
   };
   bad([](IndexerArgs& a) { a.num_kv_heads = 0; }, {"num_kv_heads = 0"});
-  bad([](IndexerArgs& a) { a.iq_dtype = DType::fp8_e4m3; }, {"iq_dtype = fp8_e4m3"});
-  bad([](IndexerArgs& a) { a.iq_dtype = DType::f32; }, {"iq_dtype = f32"});
+  bad([](IndexerArgs& a) { a.iq_dtype = DType::fp8_e4m3; },
+      {"iq_dtype = fp8_e4m3 with an index cache of bf16", "fp8_e4m3 with an fp8_e4m3 cache"});
+  bad([](IndexerArgs& a) { a.iq_dtype = DType::f32; }, {"iq_dtype = f32", "bf16 or fp16"});
+  bad([](IndexerArgs& a) { a.iq_dtype = DType::fp8_e5m2; }, {"iq_dtype = fp8_e5m2"});
+  // nvfp4 views: the page stride in bytes, a positive finite global scale, no fp8 query.
+  const auto nv = [](IndexerArgs& a, float scale) {
+    a.cache = make_index_cache_view(DType::nvfp4, a.cache.base, a.cache.num_pages);
+    a.cache.global_scale = scale;
+  };
+  bad([&](IndexerArgs& a) { nv(a, 0.0f); }, {"global_scale = 0", "finite and positive"});
+  bad([&](IndexerArgs& a) { nv(a, INFINITY); }, {"global_scale = inf"});
+  bad([&](IndexerArgs& a) { nv(a, 1.0f), a.cache.page_stride = 9000; },
+      {"page_stride = 9000", "one page (9216 bytes)"});
+  bad([&](IndexerArgs& a) { nv(a, 1.0f), a.iq_dtype = DType::fp8_e4m3; },
+      {"iq_dtype = fp8_e4m3 with an index cache of nvfp4"});
+  {
+    IndexerArgs a = s.args;
+    nv(a, 0.5f);
+    EXPECT_NO_THROW(check::indexer_shape(s.step, a));
+    a = s.args;
+    a.cache.dtype = DType::fp8_e4m3;
+    a.iq_dtype = DType::fp8_e4m3;
+    EXPECT_NO_THROW(check::indexer_shape(s.step, a));
+  }
   bad([](IndexerArgs& a) { a.index_q = nullptr; }, {"index_q is null"});
-  bad([](IndexerArgs& a) { a.cache.dtype = DType::fp16; }, {"cache.dtype = fp16"});
+  bad([](IndexerArgs& a) { a.cache.dtype = DType::fp16; }, {"cache.dtype = fp16", "bf16, fp8_e4m3 or nvfp4"});
   bad([](IndexerArgs& a) { a.cache.base = nullptr; }, {"cache.base is null"});
   bad([](IndexerArgs& a) { a.cache.num_pages = -1; }, {"cache.num_pages = -1"});
   bad([](IndexerArgs& a) { a.block_table.data = nullptr; }, {"block_table.data is null"});

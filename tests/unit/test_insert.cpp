@@ -478,6 +478,72 @@ TEST(InsertIndex, Bf16AndFp8SaturatingCast) {
   }
 }
 
+// nvfp4 index rows (contract 4.2): [page][token][72 bytes], 64 data bytes then
+// 8 group scales, quantized like the nvfp4 KV cache; the bytes against the
+// quantizer above, the dequantized values within half a code step.
+TEST(InsertIndex, Nvfp4RowsMatchIndependentQuantizer) {
+  const int T = 90;
+  const int64_t P = 3, row_bytes = 72, page_bytes = 128 * row_bytes, extra = 333;
+  const std::uint64_t seed = 4343;
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  const std::vector<int64_t> slots = make_slots(T, P, seed);
+  for (DType src : {DType::bf16, DType::fp16}) {
+    for (float global : {1.0f / 256.0f, 0.0173f}) {
+      SCOPED_TRACE(testing::Message() << msa::dtype_name(src) << " global scale " << global);
+      Source s = make_source(src, T, 1, seed + 1, 1.3f);
+      const auto enc = [&](float x) {
+        return src == DType::bf16 ? msa::num::float_to_bf16(x) : msa::num::float_to_fp16(x);
+      };
+      // Token 2: a NaN, a group of tiny negatives (scale floor), a group whose
+      // scale saturates, a zero group. Token 0 is all zero (make_source).
+      const std::size_t r = std::size_t(2 * D);
+      s.k[r + 1] = enc(NAN);
+      for (int j = 16; j < 32; ++j) s.k[r + j] = enc(-1e-4f * float(j));
+      for (int j = 32; j < 48; ++j) s.k[r + j] = enc(30000.0f * (j % 2 ? -1.0f : 1.0f));
+      for (int j = 48; j < 64; ++j) s.k[r + j] = enc(0.0f);
+      const int64_t ps = page_bytes + extra;
+      std::vector<uint8_t> buf(std::size_t(P * ps), 0xA5), many(buf);
+      const msa::IndexCacheView c = msa::make_index_cache_view(DType::nvfp4, buf.data(), P, ps, global);
+      msa::cpu::insert_index(c, msa::InsertIndexArgs{s.k.data(), src, slots.data(), T}, {.num_threads = 1});
+      msa::IndexCacheView cm = c;
+      cm.base = many.data();
+      msa::cpu::insert_index(cm, msa::InsertIndexArgs{s.k.data(), src, slots.data(), T}, {.num_threads = 2});
+      ASSERT_TRUE(buf == many) << "the thread count changed the bytes";
+
+      std::vector<uint8_t> want(buf.size(), 0xA5);
+      int compared = 0;
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t slot = slots[std::size_t(i)];
+        if (slot < 0) continue;
+        float x[D];
+        for (int d = 0; d < D; ++d) x[d] = s.k_at(i * D + d);
+        uint8_t* row = want.data() + (slot / N) * ps + (slot % N) * row_bytes;
+        nvfp4_reference(x, global, row, row + 64);
+        // Dequantized: e2m1(code) * scale * global within half the largest
+        // code step (1 unit of scale * global) of the source value, or, where
+        // the group's amax exceeds 6 units (a saturated or rounded-down
+        // scale), within the clipped amount.
+        for (int d = 0; d < D; ++d) {
+          if (std::isnan(x[d])) continue;
+          const uint8_t code = uint8_t(d % 2 ? row[d / 2] >> 4 : row[d / 2] & 0xF);
+          const double unit = msa::num::e4m3_to_float(row[64 + d / 16]) * double(global);
+          const double deq = double(msa::num::e2m1_to_float(code)) * unit;
+          double amax = 0.0;
+          for (int e = d / 16 * 16; e < d / 16 * 16 + 16; ++e)
+            if (!std::isnan(x[e])) amax = std::max(amax, double(std::fabs(x[e])));
+          ASSERT_LE(std::fabs(deq - double(x[d])), std::max(unit, amax - 6.0 * unit) * (1.0 + 1e-6))
+              << "token " << i << " d " << d << " x " << x[d] << " deq " << deq;
+          ++compared;
+        }
+      }
+      EXPECT_GT(compared, 5000);
+      for (std::size_t b = 0; b < buf.size(); ++b)
+        ASSERT_EQ(int(buf[b]), int(want[b])) << "byte " << b << " (page " << int64_t(b) / ps << ", token "
+                                             << int64_t(b) % ps / row_bytes << ", byte " << int64_t(b) % ps % row_bytes << ")";
+    }
+  }
+}
+
 TEST(InsertIndex, SlotBeyondCacheThrowsAndLeavesCacheUntouched) {
   const Source s = make_source(DType::bf16, 3, 1, 71);
   std::vector<uint16_t> buf(std::size_t(2) * N * D, 0x1234);
@@ -650,9 +716,20 @@ TEST(InsertChecks, IndexCache) {
   using C = msa::IndexCacheView;
   using A = msa::InsertIndexArgs;
   expect_index_rejected([](C& c, A&) { c.dtype = DType::fp16; },
-                        "index_cache.dtype = fp16 is not an index cache dtype (expected bf16 or fp8_e4m3)");
+                        "index_cache.dtype = fp16 is not an index cache dtype (expected bf16, fp8_e4m3 or nvfp4)");
   expect_index_rejected([](C& c, A&) { c.dtype = DType::fp8_e5m2; }, "index_cache.dtype = fp8_e5m2");
-  expect_index_rejected([](C& c, A&) { c.dtype = DType::nvfp4; }, "index_cache.dtype = nvfp4");
+  // nvfp4: page stride in bytes, at least one 9,216-byte page; a positive finite global scale.
+  const auto nv = [](C& c) { c = msa::make_index_cache_view(DType::nvfp4, c.base, 2, 0, 0.5f); };
+  expect_index_rejected([&](C& c, A&) { nv(c); c.page_stride = 9215; },
+                        "index_cache.page_stride = 9215 is smaller than one page (9216 bytes)");
+  expect_index_rejected([&](C& c, A&) { nv(c); c.global_scale = 0.0f; },
+                        "index_cache.global_scale = 0 must be finite and positive");
+  expect_index_rejected([&](C& c, A&) { nv(c); c.global_scale = NAN; }, "index_cache.global_scale = nan");
+  expect_index_rejected([&](C& c, A&) { nv(c); c.global_scale = -INFINITY; }, "index_cache.global_scale = -inf");
+  expect_index_rejected([&](C& c, A&) { nv(c); c.num_pages = 1; },
+                        "index slots[2] = 200 but the cache has 1 pages (128 slots)");
+  // The global scale matters to nvfp4 only.
+  expect_index_rejected([](C& c, A& a) { c.global_scale = 0.0f; a.num_tokens = -1; }, "num_tokens = -1");
   expect_index_rejected([](C& c, A&) { c.base = nullptr; }, "index_cache.base is null");
   expect_index_rejected([](C& c, A&) { c.num_pages = -1; }, "index_cache.num_pages = -1");
   expect_index_rejected([](C& c, A&) { c.page_stride = 1000; },

@@ -14,9 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "../../tools/msa/index_agreement.hpp"
 #include "cache_reader.hpp"
 #include "msa/cpu.hpp"
 #include "msa/error.hpp"
+#include "msa/numeric.hpp"
 #include "workload.hpp"
 
 namespace {
@@ -265,28 +267,34 @@ TEST(Workload, BytesAreKnownBeforeAllocating) {
     DType kv, q;
     ScaleMode scales;
     std::int64_t page_stride;
+    DType index;
+    bool twin;
   };
-  for (const Variant v : {Variant{DType::bf16, DType::bf16, ScaleMode::per_tensor, 0},
-                          Variant{DType::fp8_e4m3, DType::fp16, ScaleMode::per_token_head, 0},
-                          Variant{DType::fp8_e5m2, DType::fp8_e4m3, ScaleMode::per_tensor, 3 * 128 * 256},
-                          Variant{DType::nvfp4, DType::bf16, ScaleMode::per_tensor, 0},
-                          Variant{DType::nvfp4, DType::bf16, ScaleMode::per_tensor, 9216 * 4 + 512}}) {
+  for (const Variant v : {Variant{DType::bf16, DType::bf16, ScaleMode::per_tensor, 0, DType::bf16, false},
+                          Variant{DType::fp8_e4m3, DType::fp16, ScaleMode::per_token_head, 0, DType::fp8_e4m3, true},
+                          Variant{DType::fp8_e5m2, DType::fp8_e4m3, ScaleMode::per_tensor, 3 * 128 * 256, DType::bf16,
+                                  false},
+                          Variant{DType::nvfp4, DType::bf16, ScaleMode::per_tensor, 0, DType::nvfp4, true},
+                          Variant{DType::nvfp4, DType::bf16, ScaleMode::per_tensor, 9216 * 4 + 512, DType::fp8_e4m3,
+                                  false}}) {
     WorkloadSpec s = mixed_spec(3, 2);
     s.kv_dtype = v.kv;
     s.q_dtype = v.q;
     s.fp8_scales = v.scales;
     s.page_stride = v.page_stride;
-    s.index_dtype = v.kv == DType::nvfp4 ? DType::fp8_e4m3 : DType::bf16;
+    s.index_dtype = v.index;
+    s.fp8_index_query = v.index == DType::fp8_e4m3;
+    s.bf16_index_twin = v.twin;
     SCOPED_TRACE(describe(s));
     const msa::WorkloadBytes b = msa::workload_bytes(s);
     const Workload w(s);
     const auto bytes = [](const auto& vec) { return double(vec.size() * sizeof(vec[0])); };
     EXPECT_EQ(b.kv_cache, bytes(w.kv_bytes) + bytes(w.k_scales) + bytes(w.v_scales));
-    EXPECT_EQ(b.index_cache, bytes(w.index_bytes));
+    EXPECT_EQ(b.index_cache, bytes(w.index_bytes) + bytes(w.twin_index_bytes));
     const double step = bytes(w.block_table) + bytes(w.index_block_table) + bytes(w.new_k) + bytes(w.new_v) +
                         bytes(w.new_index_k) + bytes(w.slots) + bytes(w.index_slots) + bytes(w.q) + bytes(w.index_q) +
-                        bytes(w.topk) + bytes(w.out) + bytes(w.lse) + bytes(w.meta().token_request) +
-                        bytes(w.meta().token_position);
+                        bytes(w.index_q_e4m3) + bytes(w.topk) + bytes(w.twin_topk) + bytes(w.out) + bytes(w.lse) +
+                        bytes(w.meta().token_request) + bytes(w.meta().token_position);
     EXPECT_GE(b.step, step);
     EXPECT_LE(b.step, step + 7 * 4 * w.num_requests() + 12);  // the per-request metadata
     EXPECT_GT(b.scratch, 0);
@@ -298,6 +306,77 @@ TEST(Workload, BytesAreKnownBeforeAllocating) {
   WorkloadSpec huge = mixed_spec(1);
   huge.requests.assign(4096, RequestShape{2, 16 << 20});
   EXPECT_GT(msa::workload_bytes(huge).total(), 3e13);
+}
+
+// A low-precision index cache with its bf16 twin: the twin holds the bytes a
+// bf16 workload of the same seed holds, the fp8 index query is the plain cast
+// of the src_dtype one, and the agreement of the selections is counted right.
+TEST(Workload, LowPrecisionIndexAndItsBf16Twin) {
+  WorkloadSpec s = mixed_spec(55);
+  s.requests = {{2, 3000}, {2, 2047}, {300, 2500}};
+  Workload bf16(s);
+  const std::vector<std::uint8_t> context = bf16.index_bytes;  // before the step's keys
+  msa::cpu::insert_index(bf16.index_view(), bf16.insert_index_args(), bf16.cpu_options());
+  msa::cpu::index(bf16.step(), bf16.indexer_args(), bf16.cpu_options());
+  for (DType dt : {DType::fp8_e4m3, DType::nvfp4}) {
+    s.index_dtype = dt;
+    s.fp8_index_query = dt == DType::fp8_e4m3;
+    s.bf16_index_twin = true;
+    SCOPED_TRACE(describe(s) + ", index " + msa::dtype_name(dt));
+    Workload w(s);
+    EXPECT_EQ(w.index_bytes.size(), std::size_t(w.index_num_pages * msa::index_page_bytes(dt)));
+    EXPECT_EQ(w.index_view().global_scale, dt == DType::nvfp4 ? 1.0f / 256.0f : 1.0f);
+    const msa::IndexerArgs args = w.indexer_args();
+    EXPECT_EQ(args.iq_dtype, dt == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16);
+    if (dt == DType::fp8_e4m3) {
+      ASSERT_EQ(w.index_q_e4m3.size(), w.index_q.size() / 2);
+      for (std::size_t i = 0; i < w.index_q_e4m3.size(); ++i) {
+        std::uint16_t h;
+        std::memcpy(&h, w.index_q.data() + 2 * i, 2);
+        ASSERT_EQ(w.index_q_e4m3[i], msa::num::float_to_e4m3(msa::num::bf16_to_float(h))) << i;
+      }
+    }
+    EXPECT_TRUE(w.twin_index_bytes == context) << "the cached context of the twin";
+    msa::cpu::insert_index(w.index_view(), w.insert_index_args(), w.cpu_options());
+    msa::cpu::insert_index(w.twin_index_view(), w.insert_index_args(), w.cpu_options());
+    msa::cpu::index(w.step(), args, w.cpu_options());
+    msa::cpu::index(w.step(), w.twin_indexer_args(), w.cpu_options());
+    EXPECT_TRUE(w.twin_index_bytes == bf16.index_bytes) << "with the step's keys";
+    EXPECT_EQ(w.twin_topk, bf16.topk);
+    // Against itself: everything kept. Against the bf16 index: most of it.
+    const auto self = msa::tool::index_agreement(w.meta(), w.model(), w.twin_topk, w.twin_topk);
+    EXPECT_EQ(self.kept, self.reference_blocks);
+    EXPECT_EQ(self.identical_rows, self.rows);
+    // Rows with a choice: p >= 16 * 128, so every token but those of request 1 at p < 2048.
+    EXPECT_EQ(self.rows, 2 + 1 + 300);
+    EXPECT_EQ(self.reference_blocks, self.rows * 15);  // 16 selected, the local block forced
+    const auto a = msa::tool::index_agreement(w.meta(), w.model(), w.topk, w.twin_topk);
+    EXPECT_GT(a.fraction(), 0.8);
+    EXPECT_LT(a.identical_rows, a.rows) << "low-precision scores should move some selections";
+  }
+}
+
+// The agreement's counting on hand-made rows: forced blocks and rows without a
+// choice do not count.
+TEST(Workload, IndexAgreementCountsNonForcedBlocksOfRowsWithAChoice) {
+  msa::BatchSpec spec;
+  spec.query_lens = {1, 1, 1};
+  spec.seq_lens = {5 * 128 + 1, 3 * 128, 0};  // last blocks 5 and 2 (no choice for topk 3), padding
+  spec.decode_threshold = 1;
+  const msa::BatchMetadata meta = msa::build_metadata(spec);
+  msa::ModelConfig m = msa::ModelConfig::minimax_m3(8);  // one KV head
+  m.topk = 3;
+  m.init_blocks = 1;
+  m.local_blocks = 1;
+  const std::vector<std::int32_t> ref = {0, 3, 5, 0, 1, 2, -1, -1, -1};
+  const std::vector<std::int32_t> got = {0, 4, 5, 0, 2, 1, -1, -1, -1};
+  const auto a = msa::tool::index_agreement(meta, m, got, ref);
+  EXPECT_EQ(a.rows, 1);
+  EXPECT_EQ(a.reference_blocks, 1);  // block 3; 0 (init) and 5 (local) are forced
+  EXPECT_EQ(a.kept, 0);
+  EXPECT_EQ(a.fraction(), 0.0);
+  EXPECT_EQ(a.identical_rows, 0);
+  EXPECT_THROW(msa::tool::index_agreement(meta, m, got, {}), msa::Error);
 }
 
 TEST(Workload, PageStrideAndViews) {
@@ -332,6 +411,10 @@ TEST(Workload, RejectsBadSpecs) {
   s = mixed_spec(1);
   s.index_dtype = DType::fp16;
   expect_error(s, "index_dtype");
+  s = mixed_spec(1);
+  s.index_dtype = DType::nvfp4;
+  s.fp8_index_query = true;
+  expect_error(s, "fp8_index_query needs an fp8_e4m3 index cache, not nvfp4");
   s = mixed_spec(1);
   s.requests[1].query_len = -1;
   expect_error(s, "requests[1]");

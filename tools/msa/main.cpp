@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "msa_build_info.hpp"
 #if MSA_HAVE_CUDA
 #include "cuda/commands.hpp"
 #endif
@@ -18,6 +19,10 @@ int main(int argc, char** argv) {
                "msa"};
   app.require_subcommand(1);
   app.fallthrough(false);
+  // msa --version: e.g. "msa 0.1.0 (commit 647b4f4a1c2e, Release; CPU engine, CUDA sm_90a)".
+  const std::string version = std::string("msa ") + kVersion + " (commit " + kCommit + ", " +
+                              kBuildType + "; " + kBackends + ")";
+  app.set_version_flag("--version", version, "Print the version, commit and backends, then exit");
 
   std::vector<Command> commands;
   commands.push_back(add_run_command(app));
@@ -29,7 +34,8 @@ int main(int argc, char** argv) {
 
   // A first word that is neither --help nor a command: name it.
   const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help") {
+  if (!first.empty() && first[0] == '-' && first != "-h" && first != "--help" &&
+      first != "--version") {
     std::fprintf(stderr, "msa: unknown option '%s' (options follow the command: msa run --help)\n",
                  argv[1]);
     return kExitUsage;

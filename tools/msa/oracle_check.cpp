@@ -36,12 +36,9 @@ std::vector<double> read_index_keys(Workload& w, std::int32_t r) {
   const IndexCacheView cache = w.index_view();
   const std::int64_t seq = w.meta().seq_lens[r];
   std::vector<double> ik(std::size_t(seq) * kHeadDim);
-  for (std::int64_t j = 0; j < seq; ++j) {
-    const std::int64_t base =
-        cache.offset(w.index_page(r, std::int32_t(j / kBlockSize)), j % kBlockSize, 0);
-    for (int d = 0; d < kHeadDim; ++d)
-      ik[j * kHeadDim + d] = ref::read_element(cache.base, cache.dtype, base + d);
-  }
+  for (std::int64_t j = 0; j < seq; ++j)
+    ref::read_index_row(cache, w.index_page(r, std::int32_t(j / kBlockSize)), j % kBlockSize,
+                        ik.data() + j * kHeadDim);
   return ik;
 }
 
@@ -50,7 +47,7 @@ std::vector<double> read_index_keys(Workload& w, std::int32_t r) {
 //   row: [topk], iq: [num_tokens, num_kv_heads, 128], ik: [seq_len, 128] of t's request
 std::string check_selection(const Workload& w, std::int32_t t, std::int32_t h,
                             const std::int32_t* row, const std::vector<double>& iq,
-                            const std::vector<double>& ik, double& gap) {
+                            const std::vector<double>& ik, const Tolerance& tol, double& gap) {
   const ModelConfig& m = w.model();
   const std::int32_t p = w.meta().token_position[t];
   const auto where = [&] { return detail::concat("topk[t=", t, ", h=", h, "]"); };
@@ -99,8 +96,8 @@ std::string check_selection(const Workload& w, std::int32_t t, std::int32_t h,
   if (lowest_id < 0 || best_id < 0) return "";
   const double g = best_left - lowest_chosen;
   gap = std::max(gap, g);
-  // fp32 accumulation of 128 products: allow a little rounding.
-  if (g > 1e-3 + 1e-4 * std::fabs(lowest_chosen)) {
+  // The engine's scores are fp32 (or coarser): allow their error.
+  if (g > tol.index_gap_abs + tol.index_gap_rel * std::fabs(lowest_chosen)) {
     return detail::concat(where(), " selects block ", lowest_id, " (score ", lowest_chosen,
                           ") but leaves out block ", best_id, " (score ", best_left, ")");
   }
@@ -162,8 +159,9 @@ CheckResult check_rows(Workload& w, const std::vector<std::int32_t>& rows, const
   const std::int64_t QH = m.num_q_heads, H = m.num_kv_heads, G = m.group(), D = kHeadDim;
   const AttentionArgs args = w.attention_args();
   const std::vector<double> q = ref::read_query(args, meta.num_tokens);  // [T, QH, 128]
+  const IndexerArgs index_args = w.indexer_args();  // the index query the engine read
   const std::vector<double> iq =
-      ref::read_array(w.index_q.data(), w.src_dtype(), std::int64_t(meta.num_tokens) * H * D);
+      ref::read_array(index_args.index_q, index_args.iq_dtype, std::int64_t(meta.num_tokens) * H * D);
   const std::size_t out_bytes = dtype_bytes(w.out_dtype());
 
   std::size_t first = 0;
@@ -179,7 +177,7 @@ CheckResult check_rows(Workload& w, const std::vector<std::int32_t>& rows, const
       for (std::size_t i = 0; i < n; ++i) {
         const std::int32_t t = rows[first + i];
         const std::int32_t* row = args.topk.row(t, h);
-        std::string problem = check_selection(w, t, h, row, iq, ik, res.index_worst_gap);
+        std::string problem = check_selection(w, t, h, row, iq, ik, res.tol, res.index_worst_gap);
         ++res.index_rows;
         if (!problem.empty()) {
           ++res.index_bad_rows;

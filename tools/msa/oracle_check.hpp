@@ -6,8 +6,9 @@
 // (tests/support/oracle.hpp) computes out and lse in float64.
 //
 // Index: the block scores of the sampled rows are recomputed in float64 from the
-// index cache; every selected block that is not forced must score at least as
-// high as every eligible block that was left out (up to fp32 rounding).
+// dequantized index cache and the index query the engine read (e4m3 when the
+// fp8 index query is used); every selected block that is not forced must score
+// at least as high as every eligible block that was left out (up to fp32 rounding).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,10 @@ namespace msa::tool {
 struct Tolerance {
   double out_rel = 1e-2;  // relative Frobenius error of a row's output, all its query heads
   double lse_abs = 1e-3;  // absolute lse error
+  // A selected block may score below a left-out one by at most
+  // index_gap_abs + index_gap_rel * |score| (the engine's fp32 score error).
+  double index_gap_abs = 1e-3;
+  double index_gap_rel = 1e-4;
 };
 
 // Contract 9: 1e-2, or 2e-2 where a backend does fp8 arithmetic inside the kernel.

@@ -19,6 +19,15 @@ const char* scale_name(const Workload& w) {
                                                           : "per-tensor scale";
 }
 
+// "bf16", "fp8_e4m3 (e4m3 index query)", "nvfp4 (global scale 0.00390625)"
+std::string index_name(const Workload& w) {
+  const WorkloadSpec& spec = w.spec();
+  std::string s = dtype_name(spec.index_dtype);
+  if (spec.fp8_index_query) s += " (e4m3 index query)";
+  if (spec.index_dtype == DType::nvfp4) s += detail::concat(" (global scale ", w.index_scale, ")");
+  return s;
+}
+
 std::string mib(double bytes) {
   return detail::concat(std::round(bytes / 1048576.0 * 10.0) / 10.0, " MiB");
 }
@@ -77,7 +86,7 @@ void print_report(const RunReport& r, std::FILE* out) {
   std::fprintf(out, "caches  KV %s %s (%s), index %s, query %s; physical pages shuffled\n",
                dtype_name(spec.kv_dtype),
                spec.kv_dtype == DType::nvfp4 ? "head-slot" : layout_name(spec.layout),
-               scale_name(w), dtype_name(spec.index_dtype), dtype_name(spec.q_dtype));
+               scale_name(w), index_name(w).c_str(), dtype_name(spec.q_dtype));
   std::fprintf(out, "        main %s pages (%s), index %s pages (%s)\n",
                with_commas(w.num_pages).c_str(), mib(double(w.kv_bytes.size())).c_str(),
                with_commas(w.index_num_pages).c_str(), mib(double(w.index_bytes.size())).c_str());
@@ -132,10 +141,32 @@ void print_report(const RunReport& r, std::FILE* out) {
         out, "  %" PRId64 " non-finite values where the oracle has finite ones (or the reverse)\n",
         c.nonfinite_mismatches);
   }
+  if (r.pre_attention) {
+    const PreAttentionCheck& p = *r.pre_attention;
+    const PreAttentionCheck::Output* worst = p.worst();
+    std::int64_t differ = 0, values = 0;
+    for (const PreAttentionCheck::Output& o : p.outputs) differ += o.differ, values += o.values;
+    std::fprintf(out,
+                 "  pre    q, index q, K, V, index keys of %s tokens against float64 norm + RoPE: max relative\n"
+                 "         Frobenius error %.2e (%s), %s of %s values differ   bound %.0e   %s\n",
+                 with_commas(p.tokens).c_str(), worst ? worst->rel : 0.0, worst ? worst->name.c_str() : "-",
+                 with_commas(differ).c_str(), with_commas(values).c_str(), p.bound, verdict(p.passed()));
+  }
   for (const std::string* p : {&c.out_problem, &c.lse_problem, &c.index_problem}) {
     if (!p->empty()) std::fprintf(out, "  first problem: %s\n", p->c_str());
   }
-  std::fprintf(out, "%s (total %s)\n", c.passed() ? "PASS" : "FAIL",
+  if (r.pre_attention && !r.pre_attention->problem.empty())
+    std::fprintf(out, "  first problem: %s\n", r.pre_attention->problem.c_str());
+  const IndexAgreement& a = r.agreement;
+  if (a.measured) {
+    std::fprintf(out,
+                 "\nindex %s against a bf16 index of the same keys (same engine): %.2f%% of the %s\n"
+                 "  non-forced blocks the bf16 index selects are kept; %s of %s (token, KV head)\n"
+                 "  rows with a choice select the same blocks\n",
+                 dtype_name(spec.index_dtype), 100.0 * a.fraction(), with_commas(a.reference_blocks).c_str(),
+                 with_commas(a.identical_rows).c_str(), with_commas(a.rows).c_str());
+  }
+  std::fprintf(out, "%s (total %s)\n", r.passed() ? "PASS" : "FAIL",
                format_seconds(r.total_seconds).c_str());
 }
 
@@ -163,6 +194,8 @@ nlohmann::json report_json(const RunReport& r) {
   j["layout"] = spec.kv_dtype == DType::nvfp4 ? "head-slot" : layout_name(spec.layout);
   j["kv_scales"] = scale_name(w);
   j["index_dtype"] = dtype_name(spec.index_dtype);
+  j["index_query_dtype"] = dtype_name(spec.fp8_index_query ? DType::fp8_e4m3 : w.src_dtype());
+  if (spec.index_dtype == DType::nvfp4) j["index_global_scale"] = w.index_scale;
   j["q_dtype"] = dtype_name(spec.q_dtype);
   j["pages"] = {{"main", w.num_pages},
                 {"index", w.index_num_pages},
@@ -205,10 +238,33 @@ nlohmann::json report_json(const RunReport& r) {
                 {"index_rows", c.index_rows},
                 {"index_bad_rows", c.index_bad_rows},
                 {"index_worst_gap", c.index_worst_gap},
+                {"index_gap_bound", {{"abs", c.tol.index_gap_abs}, {"rel", c.tol.index_gap_rel}}},
                 {"problems", problems},
                 {"passed", c.passed()}};
+  if (r.agreement.measured) {
+    const IndexAgreement& a = r.agreement;
+    j["index_agreement"] = {{"reference", "bf16 index cache of the same keys, same engine"},
+                            {"counted", "non-forced blocks of rows with more eligible blocks than topk"},
+                            {"fraction_kept", a.fraction()},
+                            {"reference_blocks", a.reference_blocks},
+                            {"kept_blocks", a.kept},
+                            {"rows", a.rows},
+                            {"identical_rows", a.identical_rows}};
+  } else {
+    j["index_agreement"] = nullptr;
+  }
+  if (r.pre_attention) {
+    json outputs = json::array();
+    for (const PreAttentionCheck::Output& o : r.pre_attention->outputs)
+      outputs.push_back({{"name", o.name}, {"values", o.values}, {"differ", o.differ}, {"rel_frobenius", o.rel}});
+    j["pre_attention"] = {{"tokens", r.pre_attention->tokens},
+                          {"bound", r.pre_attention->bound},
+                          {"outputs", outputs},
+                          {"problem", r.pre_attention->problem},
+                          {"passed", r.pre_attention->passed()}};
+  }
   j["total_seconds"] = r.total_seconds;
-  j["passed"] = c.passed();
+  j["passed"] = r.passed();
   return j;
 }
 

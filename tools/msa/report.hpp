@@ -4,10 +4,13 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "index_agreement.hpp"
 #include "oracle_check.hpp"
+#include "pre_attention_check.hpp"
 #include "step_stats.hpp"
 #include "workload.hpp"
 
@@ -28,7 +31,11 @@ struct RunReport {
   StepStats stats;
   std::vector<StageTime> stages;
   CheckResult check;
+  IndexAgreement agreement;  // fp8 / nvfp4 index against the bf16 index (measured = false for bf16)
+  std::optional<PreAttentionCheck> pre_attention;  // when the step started from the qkv rows
   double total_seconds = 0.0;
+
+  bool passed() const { return check.passed() && (!pre_attention || pre_attention->passed()); }
 };
 
 // "1,234,567"

@@ -13,6 +13,7 @@
 
 #include "cpu/attention_blocks.hpp"
 #include "msa/error.hpp"
+#include "qkv_step.hpp"
 
 namespace msa::tool {
 
@@ -50,13 +51,24 @@ double oracle_bytes(const WorkloadSpec& spec, double tokens, int decode_rows, in
 
 }  // namespace
 
-HostNeed host_need(const WorkloadSpec& spec, bool cpu_engine, int threads, int decode_rows, int prefill_rows) {
+// The pre-attention check (pre_attention_check.cpp): the reference's rounded
+// heads of every token as double, the compared q and K / V rows (vectors that
+// may double while they grow), and a scratch cache of the step's tokens.
+double pre_attention_check_bytes(const WorkloadSpec& spec, double tokens) {
+  const double H = spec.model.num_kv_heads, QH = spec.model.num_q_heads, D = kHeadDim;
+  return tokens * D * sizeof(double) * ((QH + 3 * H + 1) + 4 * QH + 8 * H) + tokens * H * D * 8;
+}
+
+HostNeed host_need(const WorkloadSpec& spec, bool qkv_input, bool cpu_engine, int threads, int decode_rows,
+                   int prefill_rows) {
   HostNeed n;
   n.workload = workload_bytes(spec);
   double tokens = 0;
   for (const RequestShape& r : spec.requests) tokens += r.query_len;
+  if (qkv_input) n.qkv = qkv_step_bytes(spec);
   if (cpu_engine) n.engine = engine_bytes(spec, tokens, std::max(threads, 1));
-  n.oracle = oracle_bytes(spec, tokens, decode_rows, prefill_rows);
+  n.oracle = std::max(oracle_bytes(spec, tokens, decode_rows, prefill_rows),
+                      qkv_input ? pre_attention_check_bytes(spec, tokens) : 0.0);
   return n;
 }
 

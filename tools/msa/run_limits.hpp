@@ -3,6 +3,7 @@
 // write. (The device side is run_cuda.hpp's.)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -10,15 +11,25 @@
 
 namespace msa::tool {
 
-// Host bytes of one `msa run` step: the workload, the CPU engine's scratch
-// (when the CPU runs the step) and the float64 oracle of the sampled rows.
+// Host bytes of one `msa run` step: the workload (with the qkv rows when the
+// step starts from them), which lives throughout, and the scratch of the
+// stages that follow one another: the workload's setup, the CPU engine (when
+// the CPU runs the step), the float64 checks (the oracle of the sampled rows,
+// then every token's pre-attention outputs). The peak is the first plus the
+// largest of the others, plus the program itself (code, libraries, stacks).
 struct HostNeed {
+  static constexpr double kProgram = 32.0 * 1024 * 1024;
   WorkloadBytes workload;
+  double qkv = 0;
   double engine = 0;
   double oracle = 0;
-  double total() const { return workload.total() + engine + oracle; }
+  double total() const {
+    return kProgram + workload.kv_cache + workload.index_cache + workload.step + qkv +
+           std::max({workload.scratch, engine, oracle});
+  }
 };
-HostNeed host_need(const WorkloadSpec& spec, bool cpu_engine, int threads, int decode_rows, int prefill_rows);
+HostNeed host_need(const WorkloadSpec& spec, bool qkv_input, bool cpu_engine, int threads, int decode_rows,
+                   int prefill_rows);
 
 // Bytes of host memory available now: MemAvailable of `meminfo` (a
 // /proc/meminfo-format file), else the free physical pages sysconf reports;

@@ -29,6 +29,12 @@ std::string describe(const std::int64_t* words) {
     case detail::kBadIndexBlockTable:
       return msa::detail::concat("index block_table[r=", i0, ", b=", i1, "] = ", value,
                                  " but the index cache has ", c0, " pages");
+    case detail::kBadPosition:
+      return msa::detail::concat("positions[", i0, "] = ", value,
+                                 " is outside the cos_sin table (max_position = ", c0, " rows)");
+    case detail::kBadIndexSlot:
+      return msa::detail::concat("index_slots[", i0, "] = ", value, " beyond the index cache (", c0,
+                                 " pages)");
     default:
       return msa::detail::concat("device check: unknown kind ", words[0], " (i0=", i0,
                                  ", i1=", i1, ", i2=", i2, ", value=", value, ")");

@@ -11,6 +11,8 @@
 //                        c0 = pages in the main cache
 //   kBadSlot             i0 = token i, value = the slot, c0 = pages in the cache
 //   kBadIndexBlockTable  like kBadBlockTable, for the index cache's block table
+//   kBadPosition         i0 = token i, value = the position, c0 = rows of the cos/sin table
+//   kBadIndexSlot        i0 = token i, value = the index slot, c0 = pages in the index cache
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,8 @@ enum CheckKind : int {
   kBadBlockTable = 2,
   kBadSlot = 3,
   kBadIndexBlockTable = 4,
+  kBadPosition = 5,
+  kBadIndexSlot = 6,
 };
 
 inline constexpr int kCheckWords = 8;

@@ -8,8 +8,12 @@
 #include "core/checks.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.hpp"
+#include "cuda/indexer/decode_scores.hpp"
+#include "cuda/indexer/index_map.hpp"
 #include "cuda/indexer/indexer_kernels.cuh"
+#include "cuda/indexer/prefill_scores.hpp"
 #include "msa/common.hpp"
+#include "msa/dtype.hpp"
 #include "msa/cuda.hpp"
 #include "msa/error.hpp"
 
@@ -65,10 +69,74 @@ std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_h
   return scores_bytes(num_tokens, num_kv_heads, max_blocks);
 }
 
+namespace {
+
+using indexer::DecodeKeys;
+using indexer::DecodeQuery;
+
+DecodeKeys decode_keys(DType t) {
+  return t == DType::bf16 ? DecodeKeys::bf16 : t == DType::fp8_e4m3 ? DecodeKeys::e4m3 : DecodeKeys::nvfp4;
+}
+DecodeQuery decode_query(DType t) {
+  return t == DType::bf16 ? DecodeQuery::bf16 : t == DType::fp16 ? DecodeQuery::fp16 : DecodeQuery::e4m3;
+}
+
+// The step's decode rows in units of at most 32 rows of one request, as even as possible.
+indexer::DecodeScoreLaunch decode_units(const StepView& step, std::int32_t heads, DecodeQuery query) {
+  indexer::DecodeScoreLaunch l;
+  const std::int32_t rows = step.decode_query_len * heads;
+  if (step.num_decodes <= 0 || rows <= 0) return l;
+  const std::int32_t kMax = indexer::DecodeScoreLaunch::max_unit_rows(query);
+  l.units_per_request = (rows + kMax - 1) / kMax;
+  l.unit_rows = (rows + l.units_per_request - 1) / l.units_per_request;
+  l.num_units = step.num_decodes * l.units_per_request;
+  return l;
+}
+
+// Mma.sync block scores of rows [row_begin, row_end) (scores.cu): the path of
+// the pairs the Hopper kernels do not take.
+void legacy_scores(const StepView& step, const IndexerArgs& args, float* scores, std::int32_t max_blocks,
+                   std::int32_t block_limit, std::int64_t row_begin, std::int64_t row_end, bool decode,
+                   std::int64_t* check, cudaStream_t s) {
+  MSA_CHECK(is_half(args.iq_dtype),
+            "indexer: iq_dtype = ", dtype_name(args.iq_dtype), " with an index cache of ", dtype_name(args.cache.dtype),
+            " needs the Hopper kernels, which cannot map this index cache (base or page_stride not 16-byte aligned?)");
+  const std::int64_t H = args.num_kv_heads;
+  indexer::ScoreLaunch l;
+  l.row_begin = row_begin;
+  l.row_end = row_end;
+  if (decode) {
+    // One unit per request, the 4 warps of a CTA on one tile, blocks
+    // interleaved between them and split over grid.y.
+    l.unit_rows = std::int64_t(step.decode_query_len) * H;
+    l.tiles_per_unit = (l.unit_rows + 15) / 16;
+    l.num_tiles = std::int64_t(step.num_decodes) * l.tiles_per_unit;
+    l.tiles_per_cta = 1;
+    l.blocks_per_split = decode_blocks_per_split(l.num_tiles, block_limit);
+  } else {
+    // Consecutive 16-row tiles (a tile may span short requests), four tiles
+    // per CTA walking the same blocks.
+    l.unit_rows = row_end - row_begin;
+    l.tiles_per_unit = (l.unit_rows + 15) / 16;
+    l.num_tiles = l.tiles_per_unit;
+    l.tiles_per_cta = 4;
+    l.blocks_per_split = kPrefillBlocksPerSplit;
+  }
+  indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check, s);
+}
+
+}  // namespace
+
 void index(const StepView& step, const IndexerArgs& args, std::int32_t max_blocks, void* workspace,
            std::size_t workspace_bytes, Stream stream, const DeviceCheck& check) {
   check::indexer_shape(step, args);
   check_select_numbers(args.out, args.init_blocks, args.local_blocks, max_blocks);
+  const DType kd = args.cache.dtype, qd = args.iq_dtype;
+  MSA_CHECK(kd == DType::bf16 || kd == DType::fp8_e4m3 || kd == DType::nvfp4, "indexer: cache.dtype = ",
+            dtype_name(kd), " but the index cache must be bf16, fp8_e4m3 or nvfp4");
+  MSA_CHECK(is_half(qd) || (qd == DType::fp8_e4m3 && kd == DType::fp8_e4m3), "indexer: iq_dtype = ",
+            dtype_name(qd), " with an index cache of ", dtype_name(kd),
+            " (the index query is bf16 or fp16, or fp8_e4m3 with an fp8_e4m3 cache)");
   if (step.num_tokens == 0) return;
   const std::int64_t H = args.num_kv_heads;
   const std::size_t need = scores_bytes(step.num_tokens, H, max_blocks);
@@ -77,41 +145,48 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
   MSA_CHECK(workspace != nullptr || need == 0, "indexer: workspace is null");
   MSA_CHECK(aligned(workspace, 16), "indexer: workspace is not 16-byte aligned");
   MSA_CHECK(aligned(args.index_q, 16), "indexer: index_q is not 16-byte aligned");
-  const std::int64_t eb = args.cache.dtype == DType::fp8_e4m3 ? 1 : 2;
-  MSA_CHECK(aligned(args.cache.base, 16) && (args.cache.page_stride * eb) % 16 == 0,
-            "indexer: the index cache base and page_stride (", args.cache.page_stride,
-            " elements) must be 16-byte aligned");
+  const std::int64_t page_bytes =
+      kd == DType::nvfp4 ? args.cache.page_stride : args.cache.page_stride * std::int64_t(dtype_bytes(kd));
+  MSA_CHECK(aligned(args.cache.base, 16) && page_bytes % 16 == 0,
+            "indexer: the index cache base and page_stride (", page_bytes, " bytes) must be 16-byte aligned");
   auto* scores = static_cast<float*>(workspace);  // [num_tokens, H, max_blocks]
   const std::int32_t block_limit = std::min(max_blocks, args.block_table.max_blocks);
   const auto s = static_cast<cudaStream_t>(stream);
+  const int sms = device_sm_count();
 
-  // Decode (and verify) rows: one unit per request, the 4 warps of a CTA on one
-  // tile, blocks interleaved between them and split over grid.y.
+  // The index cache's tensor map (bf16 / fp8): both Hopper kernels load through it.
+  CUtensorMap key_map{};
+  const bool have_map = kd != DType::nvfp4 && indexer::make_index_map(args.cache, key_map);
+
+  // Decode (and verify) rows: the persistent decode kernel, every request's
+  // blocks read once for all its rows.
   const std::int64_t decode_rows = std::int64_t(step.num_decode_tokens) * H;
-  if (decode_rows > 0) {
-    indexer::ScoreLaunch l;
-    l.row_begin = 0;
-    l.row_end = decode_rows;
-    l.unit_rows = std::int64_t(step.decode_query_len) * H;
-    l.tiles_per_unit = (l.unit_rows + 15) / 16;
-    l.num_tiles = std::int64_t(step.num_decodes) * l.tiles_per_unit;
-    l.tiles_per_cta = 1;
-    l.blocks_per_split = decode_blocks_per_split(l.num_tiles, block_limit);
-    indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check.buffer, s);
+  if (decode_rows > 0 && block_limit > 0) {
+    if (kd == DType::nvfp4 || have_map) {
+      const indexer::DecodeScoreLaunch l = decode_units(step, args.num_kv_heads, decode_query(qd));
+      const std::int64_t work = std::int64_t(l.num_units) * block_limit;
+      indexer::launch_decode_scores(step, args, decode_keys(kd), decode_query(qd), key_map, scores, max_blocks,
+                                    block_limit, l, int(std::min<std::int64_t>(sms, work)), check.buffer, s);
+    } else {
+      legacy_scores(step, args, scores, max_blocks, block_limit, 0, decode_rows, true, check.buffer, s);
+    }
   }
-  // Prefill rows: consecutive 16-row tiles (a tile may span short requests),
-  // four tiles per CTA walking the same blocks.
+  // Prefill rows: the wgmma kernel for bf16 queries on a bf16 cache and fp8
+  // queries on an fp8 cache; the mma.sync tiles otherwise.
   const std::int64_t all_rows = std::int64_t(step.num_tokens) * H;
-  if (all_rows > decode_rows) {
-    indexer::ScoreLaunch l;
-    l.row_begin = decode_rows;
-    l.row_end = all_rows;
-    l.unit_rows = all_rows - decode_rows;
-    l.tiles_per_unit = (l.unit_rows + 15) / 16;
-    l.num_tiles = l.tiles_per_unit;
-    l.tiles_per_cta = 4;
-    l.blocks_per_split = kPrefillBlocksPerSplit;
-    indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check.buffer, s);
+  if (all_rows > decode_rows && block_limit > 0) {
+    CUtensorMap query_map{};
+    const bool wgmma = have_map && ((qd == DType::bf16 && kd == DType::bf16) ||
+                                    (qd == DType::fp8_e4m3 && kd == DType::fp8_e4m3));
+    if (wgmma && indexer::make_rows_map(args.index_q, qd, all_rows, indexer::kPrefillTileRows, query_map)) {
+      const std::int64_t prefill_rows = all_rows - decode_rows;
+      const std::int64_t tiles = prefill_rows / indexer::kPrefillTileRows + (step.num_requests - step.num_decodes);
+      indexer::launch_prefill_scores(step, args, kd == DType::bf16 ? indexer::PrefillKeys::bf16 : indexer::PrefillKeys::e4m3,
+                                     key_map, query_map, scores, max_blocks, block_limit,
+                                     int(std::min<std::int64_t>(sms, tiles * block_limit)), check.buffer, s);
+    } else {
+      legacy_scores(step, args, scores, max_blocks, block_limit, decode_rows, all_rows, false, check.buffer, s);
+    }
   }
   indexer::launch_select(step, scores, scores, max_blocks, block_limit, args.num_kv_heads, args.out,
                          args.init_blocks, args.local_blocks, s);

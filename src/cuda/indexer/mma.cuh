@@ -19,6 +19,18 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], std::uint32_t a0, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// d += a * b on a 16x8x32 tile: fp8 e4m3 inputs, fp32 accumulate.
+//   a: 4 regs of 4 e4m3 (row-major 16x32), b: 2 regs of 4 e4m3 (col-major 32x8)
+__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], std::uint32_t a0, std::uint32_t a1,
+                                               std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
+                                               std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // Two fp8 e4m3 values (low byte = first) to bf16x2 (low half = first). Exact:
 // every e4m3 value, subnormals and NaN included, is a bf16 value.
 __device__ __forceinline__ std::uint32_t e4m3x2_to_bf16x2(std::uint32_t pair) {
@@ -62,6 +74,45 @@ __device__ __forceinline__ void fp16x2_to_bf16x2_split(std::uint32_t pair, std::
       "}\n"
       : "=r"(hi), "=r"(lo)
       : "r"(pair));
+}
+
+__device__ __forceinline__ std::uint32_t byte_perm(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
+  std::uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// Eight e2m1 codes (element 2i in the low nibble of byte i, sign in bit 3 of
+// its nibble) to four bf16x2 pairs (pair i = elements 2i, 2i + 1), exact. The
+// magnitudes come from two 8-entry byte tables through prmt (the high and the
+// low byte of each bf16), the signs are moved to bits 15 and 31.
+__device__ __forceinline__ void e2m1x8_to_bf16x2(std::uint32_t w, std::uint32_t (&out)[4]) {
+  // |code| 0..7 = 0, 0.5, 1, 1.5, 2, 3, 4, 6: bf16 high bytes 00 3F 3F 3F 40 40
+  // 40 40, low bytes 00 00 80 C0 00 40 80 C0.
+  constexpr std::uint32_t kHi0 = 0x3F3F3F00u, kHi1 = 0x40404040u;
+  constexpr std::uint32_t kLo0 = 0xC0800000u, kLo1 = 0xC0804000u;
+  const std::uint32_t idx = w & 0x77777777u;
+  const std::uint32_t hi_a = byte_perm(kHi0, kHi1, idx);
+  const std::uint32_t lo_a = byte_perm(kLo0, kLo1, idx);
+  const std::uint32_t hi_b = byte_perm(kHi0, kHi1, idx >> 16);
+  const std::uint32_t lo_b = byte_perm(kLo0, kLo1, idx >> 16);
+  out[0] = byte_perm(lo_a, hi_a, 0x5140u) | ((w << 12) & 0x8000u) | ((w << 24) & 0x80000000u);
+  out[1] = byte_perm(lo_a, hi_a, 0x7362u) | ((w << 4) & 0x8000u) | ((w << 16) & 0x80000000u);
+  out[2] = byte_perm(lo_b, hi_b, 0x5140u) | ((w >> 4) & 0x8000u) | ((w << 8) & 0x80000000u);
+  out[3] = byte_perm(lo_b, hi_b, 0x7362u) | ((w >> 12) & 0x8000u) | (w & 0x80000000u);
+}
+
+// Elementwise bf16x2 product (exact for an e2m1 value times an e4m3 scale).
+__device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// An e4m3 scale code as a bf16x2 pair of itself (exact).
+__device__ __forceinline__ std::uint32_t e4m3_to_bf16x2_splat(std::uint32_t code) {
+  const std::uint32_t v = e4m3x2_to_bf16x2(code & 0xFFu) & 0xFFFFu;
+  return v | (v << 16);
 }
 
 }  // namespace msa::cuda::indexer

@@ -11,7 +11,8 @@
 // query rows g, g + 8 and of key g of each n-tile. The query fragments stay in
 // registers for the whole tile; key fragments are prefetched two n-tiles ahead.
 //
-// fp8 e4m3 keys are converted to bf16 on load (exact). An fp16 query is split
+// fp8 e4m3 keys are converted to bf16 on load (exact), nvfp4 keys likewise with
+// their group scale (the global scale multiplies the block's max). An fp16 query is split
 // into bf16 hi + lo (exact) and costs two MMAs per k-step.
 //
 // Decode launches put the 4 warps of a CTA on one tile (a request's rows) and
@@ -20,6 +21,7 @@
 // once and served from L1 to the others. grid.y splits the blocks.
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_check.cuh"
@@ -47,6 +49,7 @@ struct ScoreParams {
   std::int32_t num_heads = 0;
   ScoreLaunch l;
   std::int64_t* check = nullptr;  // [8] or null
+  float global_scale = 1.0f;      // nvfp4 keys: the cache's dequant scale
 };
 
 // What a lane needs to know about one of its two rows.
@@ -110,41 +113,68 @@ __device__ __forceinline__ void load_q(const ScoreParams& p, const RowInfo& ra, 
   }
 }
 
+// Key formats of the index cache.
+constexpr int kKeysBf16 = 0, kKeysE4m3 = 1, kKeysNvfp4 = 2;
+
 // Key fragment of one n-tile: key g of the tile, dims 32q + 8c .. +8.
-template <bool kKeyFp8>
+template <int kKeys>
 struct KFrag {
   uint4 w[4];
 };
 template <>
-struct KFrag<true> {
+struct KFrag<kKeysE4m3> {
   uint2 w[4];
 };
+// nvfp4: the 8 codes of dims 32q + 8c .. + 8 (4 bytes) and the token's 8 group scales.
+template <>
+struct KFrag<kKeysNvfp4> {
+  std::uint32_t w[4];
+  uint2 scales;
+};
 
-template <bool kKeyFp8>
-__device__ __forceinline__ void load_k(const std::uint8_t* page, int nt, int g, int c, KFrag<kKeyFp8>& f) {
+template <int kKeys>
+__device__ __forceinline__ void load_k(const std::uint8_t* page, int nt, int g, int c, KFrag<kKeys>& f) {
   const int key = nt * 8 + g;
+  if constexpr (kKeys == kKeysNvfp4) {
+    const std::uint8_t* row = page + key * index_nvfp4::kRowBytes;
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    if constexpr (kKeyFp8) {
-      f.w[q] = __ldg(reinterpret_cast<const uint2*>(page + key * kHeadDim + 32 * q + 8 * c));
-    } else {
-      f.w[q] = __ldg(reinterpret_cast<const uint4*>(page + (key * kHeadDim + 32 * q + 8 * c) * 2));
+    for (int q = 0; q < 4; ++q) f.w[q] = __ldg(reinterpret_cast<const std::uint32_t*>(row + 16 * q + 4 * c));
+    f.scales = __ldg(reinterpret_cast<const uint2*>(row + index_nvfp4::kDataBytes));
+  } else {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      if constexpr (kKeys == kKeysE4m3) {
+        f.w[q] = __ldg(reinterpret_cast<const uint2*>(page + key * kHeadDim + 32 * q + 8 * c));
+      } else {
+        f.w[q] = __ldg(reinterpret_cast<const uint4*>(page + (key * kHeadDim + 32 * q + 8 * c) * 2));
+      }
     }
   }
 }
 
 // acc += Q(16 rows) . K(n-tile)^T over all 128 dims.
-template <bool kQFp16, bool kKeyFp8>
-__device__ __forceinline__ void mma_ntile(float (&acc)[4], const QFrag<kQFp16>& qf,
-                                          const KFrag<kKeyFp8>& kf) {
+template <bool kQFp16, int kKeys>
+__device__ __forceinline__ void mma_ntile(float (&acc)[4], const QFrag<kQFp16>& qf, const KFrag<kKeys>& kf,
+                                          int c) {
 #pragma unroll
   for (int q = 0; q < 4; ++q) {
     std::uint32_t k0, k1, k2, k3;  // bf16x2 of dims (0,1) (2,3) (4,5) (6,7) of the 8
-    if constexpr (kKeyFp8) {
+    if constexpr (kKeys == kKeysE4m3) {
       k0 = e4m3x2_to_bf16x2(kf.w[q].x & 0xFFFFu);
       k1 = e4m3x2_to_bf16x2(kf.w[q].x >> 16);
       k2 = e4m3x2_to_bf16x2(kf.w[q].y & 0xFFFFu);
       k3 = e4m3x2_to_bf16x2(kf.w[q].y >> 16);
+    } else if constexpr (kKeys == kKeysNvfp4) {
+      // Group 2q + c / 2 scales dims 32q + 8c .. + 8 (the global scale multiplies the block's max).
+      const int grp = 2 * q + (c >> 1);
+      const std::uint32_t code = ((grp < 4 ? kf.scales.x : kf.scales.y) >> (8 * (grp & 3))) & 0xFFu;
+      const std::uint32_t sf = e4m3_to_bf16x2_splat(code);
+      std::uint32_t v[4];
+      e2m1x8_to_bf16x2(kf.w[q], v);
+      k0 = bf16x2_mul(v[0], sf);
+      k1 = bf16x2_mul(v[1], sf);
+      k2 = bf16x2_mul(v[2], sf);
+      k3 = bf16x2_mul(v[3], sf);
     } else {
       k0 = kf.w[q].x;
       k1 = kf.w[q].y;
@@ -162,20 +192,20 @@ __device__ __forceinline__ void mma_ntile(float (&acc)[4], const QFrag<kQFp16>& 
 
 // NaN-lowest max over the visible keys (j <= pos) of block `blk` for the lane's
 // rows g (-> sa) and g + 8 (-> sb), reduced over the 4 lanes of a quad.
-template <bool kQFp16, bool kKeyFp8>
+template <bool kQFp16, int kKeys>
 __device__ __forceinline__ void block_max(const std::uint8_t* page, std::int32_t blk, std::int32_t pos_a,
                                           std::int32_t pos_b, const QFrag<kQFp16>& qf, int g, int c,
                                           float& sa, float& sb) {
   constexpr int kRing = 3;  // fragments in flight: the current n-tile and two ahead
-  KFrag<kKeyFp8> kf[kRing];
-  load_k<kKeyFp8>(page, 0, g, c, kf[0]);
-  load_k<kKeyFp8>(page, 1, g, c, kf[1]);
+  KFrag<kKeys> kf[kRing];
+  load_k<kKeys>(page, 0, g, c, kf[0]);
+  load_k<kKeys>(page, 1, g, c, kf[1]);
   float acc[kNTiles][4];
 #pragma unroll
   for (int nt = 0; nt < kNTiles; ++nt) {
-    if (nt + 2 < kNTiles) load_k<kKeyFp8>(page, nt + 2, g, c, kf[(nt + 2) % kRing]);
+    if (nt + 2 < kNTiles) load_k<kKeys>(page, nt + 2, g, c, kf[(nt + 2) % kRing]);
     acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-    mma_ntile<kQFp16, kKeyFp8>(acc[nt], qf, kf[nt % kRing]);
+    mma_ntile<kQFp16, kKeys>(acc[nt], qf, kf[nt % kRing], c);
   }
   float ma = __int_as_float(0x7FFFFFFF), mb = ma;  // NaN: "nothing yet"
   const std::int32_t j0 = blk * kBlockSize + 2 * c;
@@ -197,7 +227,7 @@ __device__ __forceinline__ void block_max(const std::uint8_t* page, std::int32_t
   sb = mb;
 }
 
-template <bool kQFp16, bool kKeyFp8>
+template <bool kQFp16, int kKeys>
 __global__ void __launch_bounds__(kWarps * 32) block_scores_kernel(const ScoreParams p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -237,7 +267,11 @@ __global__ void __launch_bounds__(kWarps * 32) block_scores_kernel(const ScorePa
           detail::record_bad(p.check, detail::kBadIndexBlockTable, r, blk, 0, page, p.num_pages);
         sa = sb = __int_as_float(0x7FFFFFFF);  // unknown: ranks lowest
       } else {
-        block_max<kQFp16, kKeyFp8>(p.keys + page * p.page_bytes, blk, pa, pb, qf, g, c, sa, sb);
+        block_max<kQFp16, kKeys>(p.keys + page * p.page_bytes, blk, pa, pb, qf, g, c, sa, sb);
+        if constexpr (kKeys == kKeysNvfp4) {
+          sa *= p.global_scale;
+          sb *= p.global_scale;
+        }
       }
       if (c == 0 && la >= 0) p.scores[ra.row * p.max_blocks + blk] = blk > la ? -INFINITY : sa;
       if (c == 1 && lb >= 0) p.scores[rb.row * p.max_blocks + blk] = blk > lb ? -INFINITY : sb;
@@ -254,8 +288,9 @@ void launch_block_scores(const StepView& step, const IndexerArgs& args, float* s
   ScoreParams p;
   p.q = static_cast<const std::uint16_t*>(args.index_q);
   p.keys = static_cast<const std::uint8_t*>(args.cache.base);
-  const std::int64_t eb = args.cache.dtype == DType::fp8_e4m3 ? 1 : 2;
-  p.page_bytes = args.cache.page_stride * eb;
+  const DType kd = args.cache.dtype;
+  p.page_bytes = kd == DType::nvfp4 ? args.cache.page_stride : args.cache.page_stride * std::int64_t(dtype_bytes(kd));
+  p.global_scale = args.cache.global_scale;
   p.num_pages = args.cache.num_pages;
   p.table = args.block_table;
   p.step = step;
@@ -268,12 +303,18 @@ void launch_block_scores(const StepView& step, const IndexerArgs& args, float* s
   const dim3 grid(static_cast<unsigned>((launch.num_tiles + launch.tiles_per_cta - 1) / launch.tiles_per_cta),
                   static_cast<unsigned>((block_limit + launch.blocks_per_split - 1) / launch.blocks_per_split));
   const bool q16 = args.iq_dtype == DType::fp16;
-  const bool k8 = args.cache.dtype == DType::fp8_e4m3;
   const int threads = kWarps * 32;
-  if (q16 && k8) block_scores_kernel<true, true><<<grid, threads, 0, stream>>>(p);
-  else if (q16) block_scores_kernel<true, false><<<grid, threads, 0, stream>>>(p);
-  else if (k8) block_scores_kernel<false, true><<<grid, threads, 0, stream>>>(p);
-  else block_scores_kernel<false, false><<<grid, threads, 0, stream>>>(p);
+  auto run = [&](auto q_fp16, auto keys) {
+    block_scores_kernel<decltype(q_fp16)::value, decltype(keys)::value><<<grid, threads, 0, stream>>>(p);
+  };
+  using F = std::false_type;
+  using T = std::true_type;
+  using B = std::integral_constant<int, kKeysBf16>;
+  using E = std::integral_constant<int, kKeysE4m3>;
+  using N = std::integral_constant<int, kKeysNvfp4>;
+  if (kd == DType::nvfp4) q16 ? run(T{}, N{}) : run(F{}, N{});
+  else if (kd == DType::fp8_e4m3) q16 ? run(T{}, E{}) : run(F{}, E{});
+  else q16 ? run(T{}, B{}) : run(F{}, B{});
   MSA_CUDA_CHECK_LAUNCH();
 }
 

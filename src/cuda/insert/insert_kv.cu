@@ -3,14 +3,15 @@
 // msa/numeric.hpp, run on the device.
 //
 // Work split: one warp per (token, KV head); lanes 0-15 take K, lanes 16-31 take
-// V, each lane 8 consecutive elements (one 16-byte load of the bf16/fp16 source).
-// Row reductions (per_token_head amax, nvfp4 group amax) are shuffles inside the
-// 16-lane half. Every store is vectorized when the address allows it.
+// V, each lane 8 consecutive elements (one 16-byte load of the bf16/fp16 source),
+// stored by insert_store.cuh's store_kv8 (row reductions are shuffles inside
+// the 16-lane half). Every store is vectorized when the address allows it.
 #include <cstdint>
 
 #include "core/checks.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_check.cuh"
+#include "cuda/insert/insert_store.cuh"
 #include "cuda/insert/insert_util.cuh"
 #include "msa/cuda.hpp"
 #include "msa/error.hpp"
@@ -36,27 +37,6 @@ struct InsertKVParams {
 
 constexpr int kThreads = 256;
 
-// Quantizes 8 elements (8c .. 8c+7 of one row) into an nvfp4 head slot: 4 data
-// bytes and, from even lanes, the scale byte of the 16-element group.
-//   slot: byte base of the (page, head, K|V) slot
-__device__ __forceinline__ void store_nvfp4(const float* x, float global_scale, int c,
-                                            std::int64_t token, std::uint8_t* slot) {
-  float amax = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));  // the other half of the group
-  const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
-  std::uint32_t bytes = 0;
-#pragma unroll
-  for (int e = 0; e < 8; e += 2) {
-    const std::uint32_t lo = num::nvfp4_encode(x[e], sf, global_scale);
-    const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
-    bytes |= (lo | (hi << 4)) << (4 * e);
-  }
-  insert_detail::store_bytes4(slot + nvfp4::data_offset(token, 4 * c), bytes);
-  if ((c & 1) == 0) slot[nvfp4::scale_offset(token, c >> 1)] = sf;
-}
-
 template <int Src, int Dst>
 __global__ void __launch_bounds__(kThreads) insert_kv_kernel(const InsertKVParams p) {
   const std::int64_t gid = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -81,28 +61,7 @@ __global__ void __launch_bounds__(kThreads) insert_kv_kernel(const InsertKVParam
   float x[8];
   insert_detail::load8<Src>((is_v ? p.v : p.k) + pair * kHeadDim + 8 * c, x);
 
-  if constexpr (Dst == kDstNvfp4) {
-    auto* slot_base = static_cast<std::uint8_t*>(p.cache.k) + nvfp4::slot_offset(p.cache, page, h, is_v);
-    store_nvfp4(x, is_v ? p.cache.v_scale : p.cache.k_scale, c, token, slot_base);
-  } else {
-    float scale = 1.0f;
-    if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {
-      if (p.cache.scale_mode == ScaleMode::per_tensor) {
-        scale = is_v ? p.cache.v_scale : p.cache.k_scale;
-      } else if (p.cache.scale_mode == ScaleMode::per_token_head) {
-        float amax = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-#pragma unroll
-        for (int m = 8; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        constexpr float kFp8Max = Dst == kDstE4m3 ? 448.0f : 57344.0f;
-        scale = amax == 0.0f ? 1.0f : amax / kFp8Max;
-        if (c == 0) (is_v ? p.cache.v_scales : p.cache.k_scales)[p.cache.scale_index(page, h, token)] = scale;
-      }
-    }
-    void* base = is_v ? p.cache.v : p.cache.k;
-    insert_detail::store8<Dst>(base, p.cache.offset(page, h, token, 8 * c), x, scale);
-  }
+  insert_detail::store_kv8<Dst>(p.cache, page, h, token, is_v, c, x, 0xffffffffu);
 }
 
 template <int Src>

@@ -1,7 +1,8 @@
 // Small pieces shared by the insert kernels: 8-element loads of a bf16/fp16
 // source and 8-element stores into a bf16/fp16/fp8 cache row, 16- or 8-byte
 // wide when the address is aligned (views may have any strides), element-wise
-// otherwise. Conversions are the bit-exact ones of msa/numeric.hpp.
+// otherwise; the nvfp4 quantizer of 8 elements. Conversions are the bit-exact
+// ones of msa/numeric.hpp.
 #pragma once
 
 #include <cstdint>
@@ -111,6 +112,30 @@ __device__ __forceinline__ void store_bytes4(std::uint8_t* p, std::uint32_t byte
 #pragma unroll
     for (int e = 0; e < 4; ++e) p[e] = static_cast<std::uint8_t>(bytes >> (8 * e));
   }
+}
+
+// Quantizes 8 elements (8c .. 8c+7 of one row) to nvfp4 (contract 4.3), as
+// cpu::insert_* does: lanes c and c ^ 1 hold one 16-element group, so its amax
+// is one shuffle; this lane writes its 4 data bytes and, from even c, the
+// group's scale byte. `mask` names the lanes that execute this call (it must
+// include both lanes of the pair).
+//   data: [64] data bytes of the row, scales: [8] scale bytes of the row
+__device__ __forceinline__ void store_nvfp4_8(const float* x, float global_scale, int c, unsigned mask,
+                                              std::uint8_t* data, std::uint8_t* scales) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+  amax = fmaxf(amax, __shfl_xor_sync(mask, amax, 1));  // the other half of the group
+  const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
+  std::uint32_t bytes = 0;
+#pragma unroll
+  for (int e = 0; e < 8; e += 2) {
+    const std::uint32_t lo = num::nvfp4_encode(x[e], sf, global_scale);
+    const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
+    bytes |= (lo | (hi << 4)) << (4 * e);
+  }
+  store_bytes4(data + 4 * c, bytes);
+  if ((c & 1) == 0) scales[c >> 1] = sf;
 }
 
 }  // namespace msa::cuda::insert_detail

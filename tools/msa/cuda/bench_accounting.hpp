@@ -1,6 +1,7 @@
-// What `msa bench` measures and how it counts: the case lists, the FLOP and
-// byte accounting, the number of rotated input copies and the timing summary.
+// What `msa bench` measures and how it counts: the cases, the FLOP and byte
+// accounting, the number of rotated input copies and the timing summary.
 // Pure host functions (no CUDA), unit-tested in tests/unit/test_bench_accounting.cpp.
+// The case lists are in bench_sets.hpp.
 //
 // Accounting (bench/README.md):
 //  - attend FLOPs = 4 * 128 * sum over (token, query head) of the keys it really
@@ -10,15 +11,19 @@
 //    (request, KV head, block) that some row of the request selected.
 //  - index FLOPs = 2 * 128 * sum over (token, KV head) of the keys it scores
 //    (p + 1); index bytes = the index-cache blocks of each request, once.
+//  - insert bytes = the new tokens' K, V and index keys read (bf16) and
+//    written (in the caches' dtypes), and their slots read.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_topk.hpp"
 #include "msa/batch.hpp"
 #include "msa/cache.hpp"
 #include "msa/common.hpp"
@@ -28,34 +33,68 @@
 namespace msa::tool {
 
 // ---- cases -------------------------------------------------------------------
-enum class BenchOp : std::uint8_t { attend, index };
+// attend: cuda::attend; index: cuda::index; layer: one engine step of one
+// sparse layer, insert + index + attend (the attention reads the top-k the
+// indexer just wrote); pre_attention: cuda::pre_attention on `batch` tokens
+// (bench_pre_attention.hpp).
+enum class BenchOp : std::uint8_t { attend, index, layer, pre_attention };
+
+inline const char* op_name(BenchOp op) {
+  static constexpr const char* kNames[] = {"attend", "index", "layer", "pre_attention"};
+  return kNames[int(op)];
+}
 
 struct BenchCase {
   BenchOp op = BenchOp::attend;
   bool prefill = false;           // `batch` chunked-prefill requests; else decode / verify
   int num_q_heads = 16;
   int num_kv_heads = 1;
-  DType dtype = DType::bf16;      // attend: the KV cache dtype; index: the index cache dtype
+  DType dtype = DType::bf16;      // attend, layer: the KV cache dtype; index: the index cache dtype
   std::int32_t context = 8192;    // cached tokens of every request before the step
   std::int32_t batch = 1;         // requests
   std::int32_t query_len = 1;     // new tokens per request
   std::int32_t topk = 16;
+  DType index_dtype = DType::bf16;         // layer: the index cache dtype (bf16, fp8_e4m3, nvfp4)
+  std::optional<TopkPattern> pattern = std::nullopt;  // the case's own top-k pattern; none: the run's (--pattern)
 
   std::int64_t num_tokens() const { return std::int64_t(batch) * query_len; }
   // seq_len of every request: the cached context plus the step's new tokens.
   std::int32_t seq_len() const { return context + query_len; }
   const char* mode() const { return prefill ? "prefill" : (query_len > 1 ? "verify" : "decode"); }
-  // e.g. "attend prefill 16/1 bf16 ctx=170K b=4 q=1536", "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4"
+  // e.g. "attend prefill 16/1 bf16 ctx=170K b=4 q=1536", "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4",
+  // "layer decode 16/1 bf16 index=nvfp4 ctx=128K b=128 q=1", "attend prefill 16/1 fp8_e4m3 ctx=32K b=1 q=4096 random"
   std::string name() const {
     std::ostringstream s;
-    s << (op == BenchOp::attend ? "attend " : "index ") << mode() << ' ' << num_q_heads << '/'
-      << num_kv_heads << ' ' << dtype_name(dtype) << " ctx=";
+    if (op == BenchOp::pre_attention) {  // e.g. "pre_attention 64/4 nvfp4 n=4096" (batch: the tokens)
+      s << "pre_attention " << num_q_heads << '/' << num_kv_heads << ' ' << dtype_name(dtype) << " n=" << batch;
+      return s.str();
+    }
+    s << op_name(op) << ' ' << mode() << ' ' << num_q_heads << '/' << num_kv_heads << ' ' << dtype_name(dtype);
+    if (op == BenchOp::layer) s << " index=" << dtype_name(index_dtype);
+    s << " ctx=";
     if (context % 1024 == 0) s << context / 1024 << 'K';
     else s << context;
     s << " b=" << batch << " q=" << query_len;
+    if (pattern) s << ' ' << pattern_name(*pattern);
     return s.str();
   }
 };
+
+// The top-k pattern a case runs with: its own, else the run's (--pattern),
+// else random for attend and clustered for layer cases (whose index keys and
+// queries are made so that the indexer selects runs of neighbouring blocks,
+// bench_directed.hpp). Index cases score every block whatever the pattern.
+inline TopkPattern case_pattern(const BenchCase& c, std::optional<TopkPattern> run) {
+  if (c.pattern) return *c.pattern;
+  if (run) return *run;
+  return c.op == BenchOp::layer ? TopkPattern::clustered : TopkPattern::random;
+}
+
+// The index query dtype of a layer case: the fp8 e4m3 index cache scores an
+// fp8 e4m3 query (cast like the keys), the others a bf16 one.
+inline DType index_query_dtype(DType index_dtype) {
+  return index_dtype == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+}
 
 // The step of a case: `batch` identical requests of `query_len` new tokens on
 // `context` cached ones; all prefills (threshold 1) or all decodes / verifies.
@@ -99,107 +138,6 @@ inline bool matches_any(const BenchCase& c, const std::vector<std::string>& filt
     if (all) return true;
   }
   return false;
-}
-
-inline constexpr std::int32_t kPrefillChunk = 4096;
-inline constexpr std::int32_t kLongPrefillChunk = 32768;
-
-// The default sweep: MiniMax-M3 per-rank shapes 16/1 (TP4) and 64/4 (TP1);
-// attend over KV bf16, fp8 e4m3 (per-tensor scale) and nvfp4; prefill chunks of
-// 4096 and 32768 tokens; decode batches 1, 8, 32, 64, 128 at query lengths 1, 2, 4; contexts 8K..128K.
-inline std::vector<BenchCase> default_bench_cases() {
-  static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
-  static constexpr DType kKv[] = {DType::bf16, DType::fp8_e4m3, DType::nvfp4};
-  static constexpr std::int32_t kContexts[] = {8192, 32768, 131072};
-  static constexpr std::int32_t kBatches[] = {1, 8, 32, 64, 128};
-  static constexpr std::int32_t kQueryLens[] = {1, 2, 4};
-  std::vector<BenchCase> out;
-  for (const BenchOp op : {BenchOp::attend, BenchOp::index}) {
-    for (const auto& shape : kShapes) {
-      for (const DType dt : kKv) {
-        if (op == BenchOp::index && dt != DType::bf16) continue;  // index cache: bf16
-        BenchCase c;
-        c.op = op;
-        c.num_q_heads = shape[0];
-        c.num_kv_heads = shape[1];
-        c.dtype = dt;
-        for (const std::int32_t ctx : kContexts) {
-          c.context = ctx;
-          c.prefill = true;
-          c.batch = 1;
-          for (const std::int32_t chunk : {kPrefillChunk, kLongPrefillChunk}) {
-            c.query_len = chunk;
-            out.push_back(c);
-          }
-          c.prefill = false;
-          for (const std::int32_t b : kBatches) {
-            for (const std::int32_t q : kQueryLens) {
-              c.batch = b;
-              c.query_len = q;
-              out.push_back(c);
-            }
-          }
-        }
-      }
-    }
-  }
-  return out;
-}
-
-// About a dozen cases that run in well under two minutes.
-inline std::vector<BenchCase> quick_bench_cases() {
-  const auto make = make_bench_case;
-  const BenchOp A = BenchOp::attend, I = BenchOp::index;
-  return {make(A, false, 16, 1, DType::bf16, 8192, 1, 1),
-          make(A, false, 16, 1, DType::bf16, 32768, 32, 1),
-          make(A, true, 16, 1, DType::bf16, 32768, 1, kLongPrefillChunk),
-          make(A, false, 64, 4, DType::bf16, 32768, 32, 1),
-          make(A, false, 64, 4, DType::fp8_e4m3, 32768, 32, 1),
-          make(A, false, 64, 4, DType::nvfp4, 32768, 32, 1),
-          make(A, false, 64, 4, DType::bf16, 131072, 128, 1),
-          make(A, false, 16, 1, DType::bf16, 131072, 128, 4),
-          make(A, true, 64, 4, DType::bf16, 32768, 1, kPrefillChunk),
-          make(A, true, 16, 1, DType::fp8_e4m3, 131072, 1, kPrefillChunk),
-          make(I, false, 64, 4, DType::bf16, 131072, 32, 1),
-          make(I, true, 64, 4, DType::bf16, 32768, 1, kPrefillChunk)};
-}
-
-// The production chunked-prefill set (record-prefill work): steps of `batch`
-// requests, each a chunk of q new tokens on `ctx` cached ones. Small chunks
-// (256, as the 150-350-token chunks of a busy server) come with batches up to
-// 10, 1.5K chunks likewise, 16K chunks with 1 or 2 requests.
-struct PrefillStep {
-  std::int32_t chunk, context, batch;
-};
-inline constexpr std::int32_t k17K = 17 * 1024, k64K = 64 * 1024, k170K = 170 * 1024;
-// Every step: attend over bf16 KV on both shapes.
-inline constexpr PrefillStep kProductionSteps[] = {
-    {256, k64K, 1},    {256, k64K, 4},    {256, k64K, 10},    {256, k17K, 10},    {256, k170K, 10},
-    {1536, k64K, 1},   {1536, k64K, 4},   {1536, k64K, 10},   {1536, k17K, 4},    {1536, k170K, 4},
-    {16384, k17K, 1},  {16384, k64K, 1},  {16384, k170K, 1},  {16384, k170K, 2}};
-// One step per chunk size: attend over fp8_e4m3 KV and the indexer, both shapes.
-inline constexpr PrefillStep kProductionReps[] = {{256, k64K, 10}, {1536, k64K, 4}, {16384, k170K, 1}};
-
-inline std::vector<BenchCase> production_bench_cases() {
-  static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
-  std::vector<BenchCase> out;
-  auto add = [&](BenchOp op, DType dt, const auto& steps) {
-    for (const auto& shape : kShapes)
-      for (const PrefillStep& s : steps)
-        out.push_back(make_bench_case(op, true, shape[0], shape[1], dt, s.context, s.batch, s.chunk));
-  };
-  add(BenchOp::attend, DType::bf16, kProductionSteps);
-  add(BenchOp::attend, DType::fp8_e4m3, kProductionReps);
-  add(BenchOp::index, DType::bf16, kProductionReps);
-  return out;
-}
-
-// The case set named by `msa bench --set`: default, quick or production.
-inline std::vector<BenchCase> bench_case_set(const std::string& set) {
-  if (set == "default") return default_bench_cases();
-  if (set == "quick") return quick_bench_cases();
-  if (set == "production") return production_bench_cases();
-  fail("--set = '", set, "' but the case sets are default, quick and production");
 }
 
 // ---- accounting ----------------------------------------------------------------
@@ -299,8 +237,42 @@ inline Traffic index_traffic(const std::vector<std::int32_t>& query_start,
     t.blocks += (seq_lens[r] + kBlockSize - 1) / kBlockSize;
   }
   t.flops = 2.0 * kHeadDim * double(t.keys);
-  t.bytes = double(t.blocks) * kBlockSize * kHeadDim * double(dtype_bytes(index_dtype));
+  t.bytes = double(t.blocks) * double(index_page_bytes(index_dtype));
   return t;
+}
+
+// Bytes of one token's row in the index cache: 256 (bf16), 128 (fp8), 72 (nvfp4).
+inline std::int64_t index_row_bytes(DType index_dtype) { return index_page_bytes(index_dtype) / kBlockSize; }
+
+// The insert stage of a layer step: `num_tokens` new tokens, their K and V
+// [num_tokens, num_kv_heads, 128] and index keys [num_tokens, 128] read as
+// bf16 with their two slot arrays (int64), and written into the KV cache
+// (kv_block_bytes / 128 per token and KV head: K + V, and per-token fp8
+// scales) and the index cache (index_row_bytes per token). keys = tokens.
+inline Traffic insert_traffic(std::int64_t num_tokens, int num_kv_heads, DType kv_dtype, ScaleMode mode,
+                              DType index_dtype) {
+  Traffic t;
+  const double T = double(num_tokens), H = num_kv_heads;
+  const double read = T * H * 2 * kHeadDim * 2 + T * kHeadDim * 2 + 2 * T * 8;
+  const double written = T * H * double(kv_block_bytes(kv_dtype, mode)) / kBlockSize + T * double(index_row_bytes(index_dtype));
+  t.bytes = read + written;
+  t.keys = num_tokens;
+  return t;
+}
+
+// Sum of stage traffics (the layer's totals).
+inline Traffic operator+(const Traffic& a, const Traffic& b) {
+  return Traffic{a.flops + b.flops, a.bytes + b.bytes, a.keys + b.keys, a.blocks + b.blocks};
+}
+
+// Share of each stage in the sum of the stages' times; zeros when the sum is 0.
+inline std::vector<double> stage_shares(const std::vector<double>& times) {
+  double sum = 0.0;
+  for (const double t : times) sum += t;
+  std::vector<double> out(times.size(), 0.0);
+  if (sum > 0.0)
+    for (std::size_t i = 0; i < times.size(); ++i) out[i] = times[i] / sum;
+  return out;
 }
 
 // ---- rotation of inputs beyond L2 ---------------------------------------------------
@@ -322,8 +294,16 @@ inline double bench_copy_bytes_bound(const BenchCase& c) {
   const double blocks = double((c.seq_len() + kBlockSize - 1) / kBlockSize);
   const double requests = c.batch;
   if (c.op == BenchOp::index) {
-    return (requests * blocks + 1.0) * kBlockSize * kHeadDim * double(dtype_bytes(c.dtype)) +
-           requests * blocks * 4.0;
+    return (requests * blocks + 1.0) * double(index_page_bytes(c.dtype)) + requests * blocks * 4.0;
+  }
+  if (c.op == BenchOp::layer) {
+    // Both caches (the KV one as an attend case maps it), the index table,
+    // the top-k lists and the two slot arrays.
+    BenchCase index = c, attend = c;
+    index.op = BenchOp::index;
+    index.dtype = c.index_dtype;
+    attend.op = BenchOp::attend;
+    return bench_copy_bytes_bound(index) + bench_copy_bytes_bound(attend) + double(c.num_tokens()) * 16.0;
   }
   // Decode: a request maps at most (query_len * topk) blocks per KV head; prefill all of them.
   const double per_request = c.prefill ? blocks : std::min(blocks, double(c.query_len) * c.topk * c.num_kv_heads);
@@ -337,9 +317,12 @@ inline double bench_copy_bytes_bound(const BenchCase& c) {
 inline double bench_shared_bytes(const BenchCase& c) {
   const double tokens = double(c.num_tokens());
   const double blocks = double((c.seq_len() + kBlockSize - 1) / kBlockSize);
-  if (c.op == BenchOp::index)
-    return tokens * c.num_kv_heads * (kHeadDim * 2.0 + blocks * 4.0 + c.topk * 4.0);
-  return tokens * c.num_q_heads * (kHeadDim * 2.0 * 2.0 + 4.0);
+  const double index = tokens * c.num_kv_heads * (kHeadDim * 2.0 + blocks * 4.0 + c.topk * 4.0);
+  const double attend = tokens * c.num_q_heads * (kHeadDim * 2.0 * 2.0 + 4.0);
+  if (c.op == BenchOp::index) return index;
+  if (c.op == BenchOp::attend) return attend;
+  // The layer also holds the new tokens' K, V and index keys.
+  return index + attend + tokens * (c.num_kv_heads * 2.0 + 1.0) * kHeadDim * 2.0;
 }
 
 // ---- timing summary ----------------------------------------------------------------

@@ -1,9 +1,12 @@
 // One case of `msa bench`: builds its inputs on the device (rotated copies
-// beyond L2), captures the attend (or index) run step in CUDA graphs and times
-// the replays (bench_case.cpp).
+// beyond L2), captures the attend or index run step (bench_case.cpp), or the
+// layer step and each of its stages (bench_layer.cpp), in CUDA graphs and
+// times the replays.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "bench_accounting.hpp"
@@ -16,7 +19,7 @@ struct BenchSettings {
   int iters = 100;              // most timed replays per case
   int warmup = 5;               // untimed replays first (after one eager run)
   double budget_ms = 250.0;     // fewer replays for slow cases: about this much GPU time
-  TopkPattern pattern = TopkPattern::random;
+  std::optional<TopkPattern> pattern;  // --pattern; none: each case's (case_pattern)
   std::uint64_t seed = 1;
   double l2_bytes = 50e6;
   double memory_budget = 40e9;  // device bytes for the rotated copies of one case
@@ -27,13 +30,31 @@ struct BenchSettings {
   bool token_scales = false;  // fp8 caches: per-(token, head) scales instead of one per tensor
 };
 
+// The stages of a layer case, in their order in the step.
+enum class LayerStage : std::uint8_t { insert, index, attend };
+inline constexpr int kLayerStages = 3;
+inline constexpr const char* kLayerStageNames[kLayerStages] = {"insert", "index", "attend"};
+
+// One stage of a layer case, captured and timed alone like the layer.
+struct StageResult {
+  TimeStats time;
+  Traffic traffic;  // per replay, averaged over the copies
+  bool graph = true;
+};
+
 struct BenchResult {
   BenchCase c;
-  TimeStats time;
+  TimeStats time;  // layer cases: the whole layer step
   // Decode / verify cases: the read floor (read_floor.hpp), the gather of the
   // step's K / V blocks alone, timed like the case; samples == 0: not measured.
   TimeStats read_floor;
-  Traffic traffic;          // per replay, averaged over the copies
+  Traffic traffic;          // per replay, averaged over the copies (layer: the stages' sum)
+  // Layer cases: insert, index, attend (LayerStage order); the index query's
+  // dtype; and how far the indexer's selections followed the index queries'
+  // block groups (group_selection_fraction, -1 without groups).
+  std::array<StageResult, kLayerStages> stages;
+  DType iq_dtype = DType::bf16;
+  double group_fraction = -1.0;
   int copies = 0;           // rotated input copies
   bool graph = true;        // replays were CUDA-graph launches (else direct calls)
   double device_bytes = 0;  // device memory the case allocated

@@ -37,7 +37,7 @@ struct Cublas {
 
 }  // namespace
 
-Ceilings measure_ceilings(cuda::Stream stream, int replays) {
+Ceilings measure_ceilings(cuda::Stream stream, int replays, const std::vector<std::string>& read_only) {
   Ceilings c;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   {
@@ -75,6 +75,16 @@ Ceilings measure_ceilings(cuda::Stream stream, int replays) {
     MSA_CUDA_CHECK(cudaGetDevice(&device));
     MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     c.launch_us = summarize_ms(time_empty_graph(sms, std::max(replays, 50), stream)).median_us;
+  }
+  {
+    c.read_bytes = std::int64_t(4) << 30;
+    c.read_variants = measure_read_variants(c.read_bytes, replays, read_only, stream);
+    for (const ReadVariantTime& v : c.read_variants) {
+      if (v.gbps <= c.read_gbps) continue;
+      c.read_gbps = v.gbps;
+      c.read_ms = v.ms;
+      c.read_variant = v.name;
+    }
   }
   return c;
 }

@@ -4,12 +4,18 @@
 //  - gemm: a bf16 x bf16 -> bf16 GEMM of n^3 with fp32 accumulation through
 //    cuBLAS on random data, 2 n^3 FLOP, median of the replays;
 //  - launch: a CUDA graph of one empty kernel (one CTA per SM), timed like a
-//    bench case: the fixed cost no one-launch run step can go below.
+//    bench case: the fixed cost no one-launch run step can go below;
+//  - read: a kernel that only reads `read_bytes` (4 GiB), the fastest of the
+//    variants of bench_read_ceiling.hpp, each timed like the copy: the bound of a
+//    kernel that reads and hardly writes (the indexer, attention).
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "msa/cuda.hpp"
+#include "bench_read_ceiling.hpp"
 
 namespace msa::tool {
 
@@ -21,8 +27,14 @@ struct Ceilings {
   double gemm_ms = 0.0;         // median
   double gemm_tflops = 0.0;     // 2 n^3 / gemm_ms
   double launch_us = 0.0;       // median
+  std::int64_t read_bytes = 0;  // bytes one read pass reads
+  double read_ms = 0.0;         // median of the fastest variant
+  double read_gbps = 0.0;       // read_bytes / read_ms
+  std::string read_variant;     // the fastest variant's name
+  std::vector<ReadVariantTime> read_variants;  // every variant timed
 };
 
-Ceilings measure_ceilings(cuda::Stream stream, int replays);
+// read_only: the read variants to time (empty: all of them).
+Ceilings measure_ceilings(cuda::Stream stream, int replays, const std::vector<std::string>& read_only = {});
 
 }  // namespace msa::tool

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "bench_accounting.hpp"
 #include "bench_case.hpp"
 #include "bench_ceilings.hpp"
+#include "bench_sets.hpp"
 #include "commands.hpp"
 #include "cuda/attention/heuristics.hpp"
 #include "cuda/common/check.cuh"
@@ -29,14 +31,16 @@ namespace {
 
 struct BenchOptions {
   std::string set = "default";  // bench_case_set
-  bool quick = false;           // --quick: --set quick
+  bool quick = false;           // --quick: the set's quick variant (default: --set quick)
   bool list = false;
+  bool ceilings_only = false;   // measure and print the ceilings (every read variant), no cases
+  std::vector<std::string> read_variants;  // --read-variant: time only these read-ceiling variants
   std::vector<std::string> filters;
   int iters = 100;
   int warmup = 5;
   double budget_ms = 250.0;
   int settle_ms = 1000;
-  std::string pattern = "random";
+  std::string pattern;  // --pattern: random or clustered for every case without its own; empty: case_pattern's default
   std::uint64_t seed = 1;
   int ceiling_replays = 20;
   std::string prefill = "query-major";  // --prefill: msa::cuda::PrefillOrder of the prefill steps
@@ -52,10 +56,44 @@ const char* kClockQuery =
     "nvidia-smi --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.draw,temperature.gpu "
     "--format=csv,noheader 2>/dev/null";
 
-nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
+// Rates of one timed step: TFLOP/s, GB/s and their fractions of the ceilings.
+struct Rates {
+  double tflops = 0.0, gbps = 0.0, frac_gemm = 0.0, frac_copy = 0.0, frac_read = 0.0;
+};
+Rates rates(const Traffic& t, const TimeStats& time, const Ceilings& ceil) {
+  Rates r;
+  if (time.median_us <= 0.0) return r;
+  const double s = time.median_us * 1e-6;
+  r.tflops = t.flops / s * 1e-12;
+  r.gbps = t.bytes / s * 1e-9;
+  r.frac_gemm = ceil.gemm_tflops > 0.0 ? r.tflops / ceil.gemm_tflops : 0.0;
+  r.frac_copy = ceil.copy_gbps > 0.0 ? r.gbps / ceil.copy_gbps : 0.0;
+  r.frac_read = ceil.read_gbps > 0.0 ? r.gbps / ceil.read_gbps : 0.0;
+  return r;
+}
+
+nlohmann::json time_json(const TimeStats& t) {
+  return {{"median", t.median_us}, {"min", t.min_us}, {"mean", t.mean_us}, {"p90", t.p90_us}, {"replays", t.samples}};
+}
+
+nlohmann::json stage_json(const StageResult& st, double share, const char* keys_name, const Ceilings& ceil) {
+  const Rates x = rates(st.traffic, st.time, ceil);
+  return {{"time_us", time_json(st.time)}, {"share", share},        {"flops", st.traffic.flops},
+          {"bytes", st.traffic.bytes},     {keys_name, st.traffic.keys}, {"distinct_blocks", st.traffic.blocks},
+          {"tflops", x.tflops},            {"gbps", x.gbps},        {"frac_gemm", x.frac_gemm},
+          {"frac_copy", x.frac_copy},      {"frac_read", x.frac_read}, {"graph", st.graph}};
+}
+
+std::vector<double> stage_times(const BenchResult& r) {
+  std::vector<double> t;
+  for (const StageResult& st : r.stages) t.push_back(st.time.median_us);
+  return t;
+}
+
+nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil, std::optional<TopkPattern> run_pattern) {
   const BenchCase& c = r.c;
   nlohmann::json j = {{"name", c.name()},
-                      {"op", c.op == BenchOp::attend ? "attend" : "index"},
+                      {"op", op_name(c.op)},
                       {"mode", c.mode()},
                       {"num_q_heads", c.num_q_heads},
                       {"num_kv_heads", c.num_kv_heads},
@@ -65,22 +103,44 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
                       {"query_len", c.query_len},
                       {"topk", c.topk},
                       {"tokens", c.num_tokens()}};
+  if (c.op == BenchOp::attend || c.op == BenchOp::layer) j["pattern"] = pattern_name(case_pattern(c, run_pattern));
+  if (c.op == BenchOp::index) j["iq_dtype"] = dtype_name(index_query_dtype(c.dtype));
+  if (c.op == BenchOp::layer) {
+    j["kv_dtype"] = dtype_name(c.dtype);
+    j["index_dtype"] = dtype_name(c.index_dtype);
+    j["iq_dtype"] = dtype_name(index_query_dtype(c.index_dtype));
+  }
   if (!r.error.empty()) {
     j["error"] = r.error;
     return j;
   }
-  const double s = r.time.median_us * 1e-6;
-  const double tflops = r.traffic.flops / s * 1e-12, gbps = r.traffic.bytes / s * 1e-9;
-  j["time_us"] = {{"median", r.time.median_us}, {"min", r.time.min_us}, {"mean", r.time.mean_us},
-                  {"p90", r.time.p90_us}, {"replays", r.time.samples}};
+  const Rates x = rates(r.traffic, r.time, ceil);
+  j["time_us"] = time_json(r.time);
   j["flops"] = r.traffic.flops;
   j["bytes"] = r.traffic.bytes;
-  j[c.op == BenchOp::attend ? "attended_keys" : "scored_keys"] = r.traffic.keys;
-  j["distinct_blocks"] = r.traffic.blocks;
-  j["tflops"] = tflops;
-  j["gbps"] = gbps;
-  j["frac_gemm"] = tflops / ceil.gemm_tflops;
-  j["frac_copy"] = gbps / ceil.copy_gbps;
+  if (c.op == BenchOp::attend || c.op == BenchOp::index) {
+    j[c.op == BenchOp::attend ? "attended_keys" : "scored_keys"] = r.traffic.keys;
+    j["distinct_blocks"] = r.traffic.blocks;
+  }
+  if (c.op == BenchOp::pre_attention) j["bytes_per_token"] = r.traffic.bytes / double(c.num_tokens());
+  j["tflops"] = x.tflops;
+  j["gbps"] = x.gbps;
+  j["frac_gemm"] = x.frac_gemm;
+  j["frac_copy"] = x.frac_copy;
+  j["frac_read"] = x.frac_read;
+  if (c.op == BenchOp::layer) {
+    static constexpr const char* kKeys[kLayerStages] = {"inserted_tokens", "scored_keys", "attended_keys"};
+    const std::vector<double> shares = stage_shares(stage_times(r));
+    nlohmann::json stages;
+    double sum = 0.0;
+    for (int i = 0; i < kLayerStages; ++i) {
+      stages[kLayerStageNames[i]] = stage_json(r.stages[std::size_t(i)], shares[std::size_t(i)], kKeys[i], ceil);
+      sum += r.stages[std::size_t(i)].time.median_us;
+    }
+    j["stages"] = stages;
+    j["stage_sum_us"] = sum;
+    j["group_fraction"] = r.group_fraction;
+  }
   if (r.read_floor.samples > 0) {
     j["read_floor_us"] = {{"median", r.read_floor.median_us}, {"min", r.read_floor.min_us},
                           {"replays", r.read_floor.samples}};
@@ -94,32 +154,84 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil) {
   return j;
 }
 
+constexpr int kNameWidth = 62;
+
+void print_header() {
+  std::printf("%-*s %10s %8s %7s %8s %7s %7s %6s %9s %6s\n", kNameWidth, "case", "time_us", "TFLOP/s", "%gemm",
+              "GB/s", "%copy", "%read", "share", "floor_us", "copies");
+}
+
+// One table row: name, time, rates, share (or "-"), read floor (or "-"), copies.
+void print_line(const std::string& name, const TimeStats& time, const Traffic& traffic, const Ceilings& ceil,
+                const char* share, const char* floor, const char* copies, bool graph) {
+  const Rates x = rates(traffic, time, ceil);
+  std::printf("%-*s %10.1f %8.1f %6.1f%% %8.0f %6.1f%% %6.1f%% %6s %9s %6s%s\n", kNameWidth, name.c_str(),
+              time.median_us, x.tflops, 100.0 * x.frac_gemm, x.gbps, 100.0 * x.frac_copy, 100.0 * x.frac_read, share,
+              floor, copies, graph ? "" : "  (no graph)");
+}
+
 void print_row(const BenchResult& r, const Ceilings& ceil) {
   if (!r.error.empty()) {
-    std::printf("%-50s  ERROR: %s\n", r.c.name().c_str(), r.error.c_str());
+    std::printf("%-*s  ERROR: %s\n", kNameWidth, r.c.name().c_str(), r.error.c_str());
+    std::fflush(stdout);
     return;
   }
-  const double s = r.time.median_us * 1e-6;
-  const double tflops = r.traffic.flops / s * 1e-12, gbps = r.traffic.bytes / s * 1e-9;
-  char floor[32] = "-";
+  char floor[32] = "-", copies[16];
   if (r.read_floor.samples > 0) std::snprintf(floor, sizeof floor, "%.1f", r.read_floor.median_us);
-  std::printf("%-50s %10.1f %8.1f %6.1f%% %8.0f %6.1f%% %9s %6d%s\n", r.c.name().c_str(), r.time.median_us, tflops,
-              100.0 * tflops / ceil.gemm_tflops, gbps, 100.0 * gbps / ceil.copy_gbps, floor, r.copies,
-              r.graph ? "" : "  (no graph)");
+  std::snprintf(copies, sizeof copies, "%d", r.copies);
+  print_line(r.c.name(), r.time, r.traffic, ceil, "-", floor, copies, r.graph);
+  if (r.c.op == BenchOp::layer) {
+    const std::vector<double> times = stage_times(r), shares = stage_shares(times);
+    double sum = 0.0;
+    for (int i = 0; i < kLayerStages; ++i) {
+      char share[16];
+      std::snprintf(share, sizeof share, "%.1f%%", 100.0 * shares[std::size_t(i)]);
+      const StageResult& st = r.stages[std::size_t(i)];
+      print_line(std::string("  ") + kLayerStageNames[i], st.time, st.traffic, ceil, share, "-", "", st.graph);
+      sum += times[std::size_t(i)];
+    }
+    std::printf("  stages' sum %.1f us, step / sum %.3f", sum, sum > 0.0 ? r.time.median_us / sum : 0.0);
+    if (r.group_fraction >= 0.0)
+      std::printf("; %.1f%% of the selected blocks in the index queries' groups", 100.0 * r.group_fraction);
+    std::printf("\n");
+  }
   std::fflush(stdout);
 }
 
+nlohmann::json ceilings_json(const Ceilings& ceil, int replays) {
+  nlohmann::json variants = nlohmann::json::array();
+  for (const ReadVariantTime& v : ceil.read_variants)
+    variants.push_back({{"name", v.name}, {"about", v.about}, {"grid", v.grid}, {"ms", v.ms}, {"gbps", v.gbps}});
+  return {{"copy_bytes", ceil.copy_bytes},     {"copy_ms", ceil.copy_ms},         {"copy_gbps", ceil.copy_gbps},
+          {"gemm_n", ceil.gemm_n},             {"gemm_ms", ceil.gemm_ms},         {"gemm_tflops", ceil.gemm_tflops},
+          {"launch_us", ceil.launch_us},       {"read_bytes", ceil.read_bytes},   {"read_ms", ceil.read_ms},
+          {"read_gbps", ceil.read_gbps},       {"read_variant", ceil.read_variant}, {"read_variants", variants},
+          {"replays", replays}};
+}
+
+void print_read_variants(const Ceilings& ceil) {
+  std::printf("read ceiling variants (%.0f GiB read, median of the replays; the fastest is the ceiling):\n",
+              double(ceil.read_bytes) / double(1 << 30));
+  for (const ReadVariantTime& v : ceil.read_variants)
+    std::printf("  %-16s %8.0f GB/s %6.1f%% of copy  %7d CTAs  %s%s\n", v.name.c_str(), v.gbps,
+                ceil.copy_gbps > 0.0 ? 100.0 * v.gbps / ceil.copy_gbps : 0.0, v.grid, v.about.c_str(),
+                v.name == ceil.read_variant ? "  <- ceiling" : "");
+}
+
 int run_bench(const BenchOptions& o) {
-  const std::string set = o.quick ? "quick" : o.set;
+  const std::string set = o.quick && o.set == "default" ? "quick" : o.set;
+  const std::optional<TopkPattern> run_pattern =
+      o.pattern.empty() ? std::nullopt
+                        : std::optional<TopkPattern>(o.pattern == "clustered" ? TopkPattern::clustered : TopkPattern::random);
 
   std::vector<BenchCase> cases;
-  for (const BenchCase& c : bench_case_set(set))
+  for (const BenchCase& c : bench_case_set(set, o.quick && set != "quick"))
     if (matches_any(c, o.filters)) cases.push_back(c);
   if (o.list) {
     for (const BenchCase& c : cases) std::printf("%s\n", c.name().c_str());
     return kExitOk;
   }
-  MSA_CHECK(!cases.empty(), "--case: no case matches (see msa bench --list)");
+  MSA_CHECK(!cases.empty() || o.ceilings_only, "--case: no case matches (see msa bench --list)");
   if (cuda::device_count() == 0) {
     std::fprintf(stderr,
                  "msa bench: no CUDA device is usable here (the CUDA runtime finds none); run it on a "
@@ -134,7 +246,7 @@ int run_bench(const BenchOptions& o) {
   s.iters = o.iters;
   s.warmup = o.warmup;
   s.budget_ms = o.budget_ms;
-  s.pattern = o.pattern == "clustered" ? TopkPattern::clustered : TopkPattern::random;
+  s.pattern = run_pattern;
   s.seed = o.seed;
   s.prefill_order = o.prefill == "key-major" ? cuda::PrefillOrder::key_major
                     : o.prefill == "auto"    ? cuda::PrefillOrder::automatic
@@ -148,6 +260,7 @@ int run_bench(const BenchOptions& o) {
   cuda::attention::wgmma_tiles_override.store(o.tile_kernel == "mma-sync" ? 1 : 0);
   s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
   s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
+  const std::string pattern_words = o.pattern.empty() ? "each case's (attend random, layer clustered)" : o.pattern;
 
   std::printf("msa bench: %s, %d SMs, L2 %.0f MB, %.0f GB; commit %s\n", dev.name.c_str(), dev.sm_count,
               s.l2_bytes / 1e6, double(dev.memory_bytes) / 1e9, commit.empty() ? "unknown" : commit.c_str());
@@ -158,25 +271,34 @@ int run_bench(const BenchOptions& o) {
   // A blocking stream: it orders with the synchronous copies and memsets
   // (legacy default stream) that set up the inputs.
   MSA_CUDA_CHECK(cudaStreamCreate(&stream));
-  const Ceilings ceil = measure_ceilings(stream, o.ceiling_replays);
+  const Ceilings ceil = measure_ceilings(stream, o.ceiling_replays, o.read_variants);
   std::printf("ceilings: copy %.0f GB/s (cudaMemcpyAsync D2D of %.0f GiB, read + write, median of %d); "
+              "read %.0f GB/s (%.1f%% of copy: a kernel that only reads %.0f GiB, variant %s, the fastest of %zu); "
               "bf16 GEMM %d^3 %.0f TFLOP/s (cuBLAS, fp32 accumulate, median of %d); launch floor %.2f us "
               "(a graph of one empty kernel, timed like the cases)\n",
-              ceil.copy_gbps, double(ceil.copy_bytes) / double(1 << 30), o.ceiling_replays, ceil.gemm_n,
-              ceil.gemm_tflops, o.ceiling_replays, ceil.launch_us);
-  std::printf("timing: the attend / index run step captured in a CUDA graph per input copy; copies rotate so that "
-              "consecutive replays touch different memory (>= 4x L2 together); median of up to %d replays after "
-              "%d warm-up, each case after %d ms of idle; top-k pattern %s; case set %s\n\n",
-              o.iters, o.warmup, o.settle_ms, o.pattern.c_str(), set.c_str());
-  std::printf("read floor (decode / verify): the same graph timing of a kernel that only gathers the step's K / V "
-              "blocks from the same pages into shared memory (one CTA per SM, three blocks in flight, no math)\n");
-  std::printf("%-50s %10s %8s %7s %8s %7s %9s %6s\n", "case", "time_us", "TFLOP/s", "%gemm", "GB/s", "%copy",
-              "floor_us", "copies");
-
+              ceil.copy_gbps, double(ceil.copy_bytes) / double(1 << 30), o.ceiling_replays, ceil.read_gbps,
+              100.0 * ceil.read_gbps / ceil.copy_gbps, double(ceil.read_bytes) / double(1 << 30),
+              ceil.read_variant.c_str(), ceil.read_variants.size(), ceil.gemm_n, ceil.gemm_tflops, o.ceiling_replays,
+              ceil.launch_us);
   nlohmann::json jcases = nlohmann::json::array();
   int errors = 0;
   std::string fatal;
-  for (const BenchCase& c : cases) {
+  if (o.ceilings_only) {
+    print_read_variants(ceil);
+  } else {
+    std::printf("timing: the attend / index run step, or the layer step and each of its stages alone, captured in a "
+                "CUDA graph per input copy; copies rotate so that consecutive replays touch different memory (>= 4x "
+                "L2 together); median of up to %d replays after %d warm-up, each case after %d ms of idle; top-k "
+                "pattern %s; case set %s%s\n\n",
+                o.iters, o.warmup, o.settle_ms, pattern_words.c_str(), set.c_str(),
+                o.quick && set != "quick" ? " (quick)" : "");
+    std::printf("read floor (decode / verify): the same graph timing of a kernel that only gathers the step's K / V "
+                "blocks from the same pages into shared memory (one CTA per SM, three blocks in flight, no math); "
+                "%%read: GB/s over the read ceiling; share: a layer stage's time over the stages' sum\n");
+    print_header();
+  }
+
+  for (const BenchCase& c : o.ceilings_only ? std::vector<BenchCase>{} : cases) {
     // Every case starts from an idle GPU: right after a heavy case (or the
     // GEMM ceiling) the clocks stay lowered for a while, and a short case
     // would run at them (measured on the H200: 64/4 b=1 q=256 45.3-46.3 us
@@ -188,7 +310,7 @@ int run_bench(const BenchOptions& o) {
     const BenchResult r = run_bench_case(c, s, stream);
     print_row(r, ceil);
     errors += r.error.empty() ? 0 : 1;
-    jcases.push_back(case_json(r, ceil));
+    jcases.push_back(case_json(r, ceil, run_pattern));
     const std::string e = device_error();
     if (!e.empty()) {
       fatal = "the device is in an error state after '" + c.name() + "' (" + e + "); the sweep stops";
@@ -216,21 +338,13 @@ int run_bench(const BenchOptions& o) {
           {"mem_bus_bits", dev.mem_bus_bits},
           {"clocks_start", clocks_start},
           {"clocks_end", clocks_end}}},
-        {"ceilings",
-         {{"copy_bytes", ceil.copy_bytes},
-          {"copy_ms", ceil.copy_ms},
-          {"copy_gbps", ceil.copy_gbps},
-          {"gemm_n", ceil.gemm_n},
-          {"gemm_ms", ceil.gemm_ms},
-          {"gemm_tflops", ceil.gemm_tflops},
-          {"launch_us", ceil.launch_us},
-          {"replays", o.ceiling_replays}}},
+        {"ceilings", ceilings_json(ceil, o.ceiling_replays)},
         {"settings",
          {{"iters", o.iters},
           {"warmup", o.warmup},
           {"budget_ms", o.budget_ms},
           {"settle_ms", o.settle_ms},
-          {"pattern", o.pattern},
+          {"pattern", o.pattern.empty() ? "per case" : o.pattern},
           {"seed", o.seed},
           {"prefill", o.prefill},
           {"decode_splits", o.decode_splits},
@@ -239,11 +353,15 @@ int run_bench(const BenchOptions& o) {
           {"tile_kernel", o.tile_kernel},
           {"widen_bytes", o.widen_bytes},
           {"set", set},
-          {"quick", set == "quick"},
+          {"quick", o.quick || set == "quick"},
+          {"ceilings_only", o.ceilings_only},
           {"filters", o.filters},
           {"rotation", "input copies (own top-k, block tables and pages) spanning >= 4x L2; replay i uses copy i % copies"},
           {"flops", "4 * 128 * attended keys summed over (token, query head); index: 2 * 128 * scored keys over (token, KV head)"},
-          {"bytes", "K+V (+scales) bytes of each distinct (request, KV head, block); index: index-cache blocks per request"},
+          {"bytes", "K+V (+scales) bytes of each distinct (request, KV head, block); index: index-cache blocks per request; "
+                    "insert: new K, V, index keys (bf16) and slots read, cache rows written"},
+          {"layer", "insert (insert_kv + insert_index) + index + attend over the indexer's top-k, one graph per copy; "
+                    "each stage alone the same way; share = stage time / sum of the stages' times"},
           {"read_floor", "decode / verify: graph replays of a gather of the step's K / V blocks alone (same pages, one CTA per SM, three blocks in flight, no math), timed like the case"}}},
         {"seconds", seconds},
         {"errors", errors},
@@ -262,15 +380,19 @@ Command register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* sub = app.add_subcommand(
       "bench",
-      "Times prefill, decode and verify attention (and the indexer) on MiniMax-M3 per-rank shapes, with the "
-      "machine's copy-bandwidth and GEMM ceilings measured in the same run. See bench/README.md.");
-  CLI::Option* set =
-      sub->add_option("--set", o->set,
-                      "case set: default (the full sweep), quick (about a dozen cases, well under two minutes) or "
-                      "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K)")
-          ->capture_default_str()
-          ->check(CLI::IsMember({"default", "quick", "production"}));
-  sub->add_flag("--quick", o->quick, "the same as --set quick")->excludes(set);
+      "Times prefill, decode and verify attention, the indexer, whole sparse-layer steps and pre-attention on "
+      "MiniMax-M3 per-rank shapes, with the machine's copy-bandwidth, read-bandwidth and GEMM ceilings measured in the "
+      "same run. See bench/README.md.");
+  sub->add_option("--set", o->set,
+                  "case set: default (the full sweep), quick (about a dozen cases, well under two minutes), "
+                  "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K), "
+                  "index (the indexer over bf16, fp8 and nvfp4 index caches: decode / verify at 32K-128K, production "
+                  "prefill), layer (insert + index + attend steps of one sparse layer), peers (the attention cases "
+                  "compared with other implementations, fp8 e4m3, bf16 and nvfp4 KV) or pre_attention (the fused "
+                  "norm, RoPE and insert step, 1 to 32K tokens, every KV dtype)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"default", "quick", "production", "index", "layer", "peers", "pre_attention"}));
+  sub->add_flag("--quick", o->quick, "the set's quick variant: --set quick for the default set, a short layer set");
   sub->add_option("--case", o->filters,
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")
       ->expected(1)
@@ -284,11 +406,18 @@ Command register_bench(CLI::App& app) {
                   "idle milliseconds before each case, so that every case starts at the clocks of an idle GPU")
       ->capture_default_str()
       ->check(CLI::Range(0, 60000));
-  sub->add_option("--pattern", o->pattern, "top-k pattern: random or clustered")
-      ->capture_default_str()
+  sub->add_option("--pattern", o->pattern,
+                  "top-k pattern of every case without its own: random or clustered (default: random for attend "
+                  "cases, clustered for layer cases)")
       ->check(CLI::IsMember({"random", "clustered"}));
+  sub->add_flag("--ceilings-only", o->ceilings_only,
+                "measure and print the ceilings, every variant of the read ceiling included, and no case");
+  sub->add_option("--read-variant", o->read_variants,
+                  "time only this variant of the read ceiling (repeatable; --ceilings-only lists them)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--seed", o->seed, "seed of the synthetic top-k lists and data")->capture_default_str();
-  sub->add_option("--ceiling-replays", o->ceiling_replays, "replays of the copy and GEMM ceilings")
+  sub->add_option("--ceiling-replays", o->ceiling_replays, "replays of the copy, GEMM and read ceilings")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   sub->add_option("--prefill", o->prefill,

@@ -26,6 +26,8 @@ namespace msa::tool {
 
 enum class TopkPattern : std::uint8_t { random, clustered };
 
+inline const char* pattern_name(TopkPattern p) { return p == TopkPattern::clustered ? "clustered" : "random"; }
+
 namespace detail {
 
 inline bool contains(const std::vector<std::int32_t>& v, std::int32_t x) {
@@ -160,6 +162,24 @@ inline PageMap map_pages(const std::vector<std::int32_t>& query_start,
     }
   }
   return m;
+}
+
+// The cache slot (page * 128 + offset) of every new token of the step under a
+// page map: the page of its block in its request's row; -1 for padding rows.
+//   query_start: [num_requests + 1], seq_lens: [num_requests]; returns [num_tokens]
+inline std::vector<std::int64_t> step_slots(const std::vector<std::int32_t>& query_start,
+                                            const std::vector<std::int32_t>& seq_lens, const PageMap& map) {
+  std::vector<std::int64_t> out(std::size_t(query_start.empty() ? 0 : query_start.back()), -1);
+  for (std::size_t r = 0; r + 1 < query_start.size(); ++r) {
+    const std::int32_t q0 = query_start[r], qlen = query_start[r + 1] - q0;
+    if (seq_lens[r] <= 0) continue;
+    for (std::int32_t i = 0; i < qlen; ++i) {
+      const std::int32_t p = seq_lens[r] - qlen + i;
+      const std::int32_t page = map.table[r * std::size_t(map.max_blocks) + std::size_t(p / kBlockSize)];
+      out[std::size_t(q0 + i)] = std::int64_t(page) * kBlockSize + p % kBlockSize;
+    }
+  }
+  return out;
 }
 
 }  // namespace msa::tool

@@ -5,7 +5,8 @@
 // Every dimension (KV flavor, layout, GQA group, top-k, batch kind, query dtype,
 // index dtype, prefill order) walks through all its values once per "round" of cases, in an
 // order shuffled per round, so any `size` consecutive cases cover all `size`
-// values of a dimension while the combinations still vary.
+// values of a dimension while the combinations still vary. An fp8 index cache
+// reads an e4m3 index query in about half of its cases (a cycled dimension of its own).
 #pragma once
 
 #include <algorithm>
@@ -69,7 +70,8 @@ struct CheckCase {
   DType q_dtype = DType::bf16;    // bf16, fp16 or fp8_e4m3
   DType out_dtype = DType::bf16;  // bf16 or fp16
   DType src_dtype = DType::bf16;  // K/V/index-key insert source and index-query dtype
-  DType index_dtype = DType::bf16;
+  DType index_dtype = DType::bf16;  // bf16, fp8_e4m3 or nvfp4
+  bool fp8_index_query = false;   // fp8_e4m3 index: the index query cast to e4m3 (iq_dtype fp8_e4m3)
   bool own_index_table = false;   // index cache has its own pages and block table
   bool shuffle_topk = false;      // attend reads the valid entries in random order
   bool key_major = false;         // the plan asks for key-major prefill (PrefillOrder::key_major)
@@ -79,6 +81,7 @@ struct CheckCase {
   std::vector<std::int32_t> seq_lens;    // [num_requests], 0 = padding request
 
   int num_q_heads() const { return num_kv_heads * group; }
+  DType iq_dtype() const { return fp8_index_query ? DType::fp8_e4m3 : src_dtype; }
   std::int64_t num_tokens() const {
     std::int64_t n = 0;
     for (const auto q : query_lens) n += q;
@@ -96,6 +99,7 @@ struct CheckCase {
     s += " q=" + std::string(dtype_name(q_dtype));
     if (q_dtype != out_dtype) s += ">" + std::string(dtype_name(out_dtype));
     s += " idx=" + std::string(dtype_name(index_dtype));
+    if (fp8_index_query) s += "/q8";
     if (own_index_table) s += "/own";
     if (shuffle_topk) s += " shuf";
     if (key_major) s += " km";
@@ -252,7 +256,10 @@ inline std::vector<CheckCase> make_check_cases(std::uint64_t seed, int count, bo
     // A bf16 or fp16 cache is read with a query of its own dtype (or fp8).
     if (is_half(c.kv_dtype) && is_half(c.q_dtype)) c.q_dtype = c.kv_dtype;
     c.out_dtype = is_half(c.q_dtype) ? c.q_dtype : (rng.chance(0.5) ? DType::bf16 : DType::fp16);
-    c.index_dtype = detail::cycled(seed, 6, 2, i) ? DType::fp8_e4m3 : DType::bf16;
+    static constexpr DType kIndex[] = {DType::bf16, DType::fp8_e4m3, DType::nvfp4};
+    c.index_dtype = kIndex[detail::cycled(seed, 6, 3, i)];
+    // Half of the fp8 index cases read an e4m3 index query (cast like the keys).
+    c.fp8_index_query = c.index_dtype == DType::fp8_e4m3 && detail::cycled(seed, 8, 2, i) == 1;
     c.src_dtype = rng.chance(0.5) ? DType::bf16 : DType::fp16;
     c.own_index_table = rng.chance(0.5);
     c.shuffle_topk = rng.chance(0.3);

@@ -147,11 +147,12 @@ Command register_check(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "check",
       "Randomized differential test of the GPU against the CPU engine: insert (cache bytes identical), "
-      "index (scores close, top-k identical) and attend (out and lse close) over KV dtypes, layouts, "
-      "GQA groups, top-k and batch shapes. Exit 0 only if every check passes; 2 without a CUDA device.");
+      "index (scores close, top-k identical), attend (out and lse close) and pre-attention (q and cache bytes "
+      "identical) over KV dtypes, layouts, GQA groups, top-k, index caches (bf16, fp8 with a bf16 / fp16 or e4m3 "
+      "index query, nvfp4) and batch shapes. Exit 0 only if every check passes; 2 without a CUDA device.");
   sub->add_option("--seed", o->seed, "seed of the case list and data")->capture_default_str();
   sub->add_option("--cases", o->cases, "number of cases")->capture_default_str()->check(CLI::Range(1, 100000));
-  sub->add_flag("--quick", o->quick, "14 small cases covering every KV dtype");
+  sub->add_flag("--quick", o->quick, "14 small cases covering every KV dtype and index cache dtype");
   sub->add_option("--case", o->only, "run only case N of the list (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

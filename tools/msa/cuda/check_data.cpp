@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <utility>
 
+#include "msa/cpu.hpp"
 #include "msa/dtype.hpp"
 #include "msa/error.hpp"
 #include "msa/numeric.hpp"
@@ -65,7 +67,9 @@ CheckData make_check_data(const CheckCase& c) {
     d.index_pages = d.num_pages;
     d.index_table = d.block_table;
   }
-  d.index_bytes = d.index_pages * kBlockSize * D * std::int64_t(dtype_bytes(c.index_dtype));
+  d.index_bytes = d.index_pages * index_page_bytes(c.index_dtype);
+  // Unit-normal index keys: group scales amax / 6 / s of about 25 .. 175, not a power of two.
+  if (c.index_dtype == DType::nvfp4) d.index_scale = 1.0f / 300.0f;
 
   // Main cache geometry; a padded stride packs three layers and views layer 1.
   if (c.kv_dtype == DType::nvfp4) {
@@ -116,6 +120,11 @@ CheckData make_check_data(const CheckCase& c) {
 
   const std::int64_t T = m.num_tokens;
   for (std::int64_t i = 0; i < T * H * D; ++i) push(d.index_q, c.src_dtype, rng.normal());
+  if (c.fp8_index_query) {  // the plain saturating cast of the fp8 index cache
+    std::vector<std::uint8_t> e4m3(std::size_t(T * H * D));
+    cpu::cast_index_query_e4m3(d.index_q.data(), c.src_dtype, T * H * D, e4m3.data());
+    d.index_q = std::move(e4m3);
+  }
   d.q_scale = c.q_dtype == DType::fp8_e4m3 ? 1.0f / 64.0f : 1.0f;
   for (std::int64_t i = 0; i < T * QH * D; ++i) push(d.q, c.q_dtype, rng.normal() / d.q_scale);
   return d;
@@ -143,11 +152,7 @@ KVCacheView main_cache_view(const CheckCase& c, const CheckData& d, void* alloca
 }
 
 IndexCacheView index_cache_view(const CheckCase& c, const CheckData& d, void* allocation) {
-  IndexCacheView v;
-  v.dtype = c.index_dtype;
-  v.base = allocation;
-  v.num_pages = d.index_pages;
-  return v;
+  return make_index_cache_view(c.index_dtype, allocation, d.index_pages, 0, d.index_scale);
 }
 
 BlockTable block_table_view(const CheckData& d, const std::int32_t* table) {

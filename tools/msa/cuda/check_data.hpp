@@ -30,6 +30,7 @@ struct CheckData {
   std::vector<std::int32_t> block_table;
   std::int64_t index_pages = 0;
   std::int64_t index_bytes = 0;
+  float index_scale = 1.0f;  // nvfp4 index cache: its global scale
   std::vector<std::int32_t> index_table;
 
   // The insert stream: every cached token of every request (shuffled), plus
@@ -42,7 +43,7 @@ struct CheckData {
   std::vector<std::uint8_t> index_k;      // [num_insert, 128] src_dtype
 
   // The step's queries.
-  std::vector<std::uint8_t> index_q;  // [num_tokens, H, 128] src_dtype
+  std::vector<std::uint8_t> index_q;  // [num_tokens, H, 128] c.iq_dtype()
   std::vector<std::uint8_t> q;        // [num_tokens, num_q_heads, 128] q_dtype
   float q_scale = 1.0f;               // fp8 query dequant scale
 };

@@ -11,7 +11,8 @@
 namespace msa::tool {
 
 struct CheckRow {
-  std::string what;   // insert.kv, insert.index, index.scores, index.topk, attend.out, attend.lse, device_check
+  std::string what;   // insert.kv, insert.index, index.scores, index.topk, attend.out, attend.lse,
+                      // pre.q, pre.index_q, pre.kv, pre.index_k, device_check
   double error = 0.0;
   double bound = 0.0;
   bool pass = false;

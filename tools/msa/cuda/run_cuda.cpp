@@ -48,7 +48,7 @@ cuda::AttentionShape shape_of(const WorkloadSpec& spec) {
 
 }  // namespace
 
-double run_step_cuda_bytes(const WorkloadSpec& spec) {
+double run_step_cuda_bytes(const WorkloadSpec& spec, bool qkv_input) {
   const WorkloadBytes b = workload_bytes(spec);
   BatchSpec batch;
   for (const RequestShape& r : spec.requests) {
@@ -59,14 +59,14 @@ double run_step_cuda_bytes(const WorkloadSpec& spec) {
   const BatchMetadata meta = build_metadata(batch);
   std::int32_t max_blocks = 0;
   for (std::int32_t r = 0; r < meta.num_requests; ++r) max_blocks = std::max(max_blocks, meta.num_blocks(r));
-  return 2 * b.kv_cache + b.index_cache + b.step +
+  return 2 * b.kv_cache + b.index_cache + b.step + (qkv_input ? qkv_step_bytes(spec) : 0.0) +
          double(cuda::index_workspace_bytes(meta.num_tokens, spec.model.num_kv_heads, max_blocks)) +
          double(cuda::attention_workspace_bytes(meta, shape_of(spec)));
 }
 
 double device_free_bytes() { return double(device_info().free_bytes); }
 
-CudaStageTimes run_step_cuda(Workload& w) {
+CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
   CudaStageTimes times;
   times.device = device_info().name;
   cudaStream_t stream;
@@ -84,7 +84,9 @@ CudaStageTimes run_step_cuda(Workload& w) {
   const DeviceBuffer new_k = to_device(w.new_k), new_v = to_device(w.new_v);
   const DeviceBuffer new_index_k = to_device(w.new_index_k);
   const DeviceBuffer slots = to_device(w.slots), index_slots = to_device(w.index_slots);
-  const DeviceBuffer q = to_device(w.q), index_q = to_device(w.index_q);
+  DeviceBuffer q = to_device(w.q), index_q = to_device(w.index_q);
+  // The index query the indexer reads: index_q, or its e4m3 cast for an fp8 index.
+  DeviceBuffer index_q_e4m3 = to_device(w.index_q_e4m3);
   DeviceBuffer topk(w.topk.size() * sizeof(std::int32_t));
   DeviceBuffer out(w.out.size());
   DeviceBuffer lse(w.lse.size() * sizeof(float));
@@ -108,8 +110,30 @@ CudaStageTimes run_step_cuda(Workload& w) {
   insert_index.index_k = new_index_k.get();
   insert_index.slots = index_slots.as<std::int64_t>();
 
+  // Pre-attention: the qkv rows, weights, rope table and positions.
+  DeviceBuffer d_qkv, weights, cos_sin, positions;
+  PreAttentionArgs pre;
+  if (qkv) {
+    d_qkv = to_device(qkv->qkv);
+    weights = to_device(qkv->weights);
+    cos_sin = to_device(qkv->cos_sin);
+    positions = to_device(qkv->positions);
+    pre = qkv->args(w);
+    pre.qkv = d_qkv.get();
+    pre.positions = positions.as<std::int64_t>();
+    pre.q_weight = weights.as<float>();
+    pre.k_weight = weights.as<float>() + kHeadDim;
+    pre.index_q_weight = weights.as<float>() + 2 * kHeadDim;
+    pre.index_k_weight = weights.as<float>() + 3 * kHeadDim;
+    pre.cos_sin = cos_sin.get();
+    pre.q = q.get();
+    pre.index_q = pre.index_q_dtype == DType::fp8_e4m3 ? index_q_e4m3.get() : index_q.get();
+    pre.slots = slots.as<std::int64_t>();
+    pre.index_slots = index_slots.as<std::int64_t>();
+  }
+
   IndexerArgs ia = w.indexer_args();
-  ia.index_q = index_q.get();
+  ia.index_q = ia.iq_dtype == DType::fp8_e4m3 ? index_q_e4m3.get() : index_q.get();
   ia.cache = w.index_view_at(index_cache.get());
   ia.block_table = w.table_at(index_table.as<std::int32_t>());
   ia.out.data = topk.as<std::int32_t>();
@@ -135,8 +159,12 @@ CudaStageTimes run_step_cuda(Workload& w) {
                             stream),
             "cudaMemcpyAsync");
     times.insert_s = time_on(stream, [&] {
-      cuda::insert_kv(kv_view, insert_kv, s, check);
-      cuda::insert_index(ia.cache, insert_index, s, check);
+      if (qkv) {
+        cuda::pre_attention(kv_view, ia.cache, pre, s, check);
+      } else {
+        cuda::insert_kv(kv_view, insert_kv, s, check);
+        cuda::insert_index(ia.cache, insert_index, s, check);
+      }
     });
   }
   // ---- index and attend (warm-up, then timed) --------------------------------------
@@ -148,6 +176,27 @@ CudaStageTimes run_step_cuda(Workload& w) {
       cuda::plan_attention(meta, shape, attend_ws.get(), attend_ws_bytes, s);
   for (int pass = 0; pass < 2; ++pass)
     times.attend_s = time_on(stream, [&] { cuda::attend(plan, step, aa, s, check); });
+  // ---- the bf16 index of the same keys, for the agreement (untimed) ----------------
+  if (w.spec().bf16_index_twin) {
+    DeviceBuffer twin_cache = to_device(w.twin_index_bytes);
+    DeviceBuffer twin_topk(w.twin_topk.size() * sizeof(std::int32_t));
+    IndexerArgs twin = w.twin_indexer_args();
+    twin.index_q = index_q.get();  // the src_dtype index query
+    twin.cache = w.twin_index_view_at(twin_cache.get());
+    twin.block_table = ia.block_table;
+    twin.out.data = twin_topk.as<std::int32_t>();
+    if (qkv) {  // the same step again into the twin, its index query in the src dtype (K, V and q rewritten alike)
+      PreAttentionArgs twin_pre = pre;
+      twin_pre.index_q = index_q.get();
+      twin_pre.index_q_dtype = w.src_dtype();
+      cuda::pre_attention(kv_view, twin.cache, twin_pre, s, check);
+    } else {
+      cuda::insert_index(twin.cache, insert_index, s, check);
+    }
+    cuda::index(step, twin, w.max_blocks, index_ws.get(), index_ws_bytes, s, check);
+    sync_stream(s);
+    twin_topk.download(w.twin_topk.data(), w.twin_topk.size() * sizeof(std::int32_t));
+  }
   cuda::read_check(check, s);
   sync_stream(s);
 
@@ -156,6 +205,9 @@ CudaStageTimes run_step_cuda(Workload& w) {
   if (!w.k_scales.empty()) k_scales.download(w.k_scales.data(), w.k_scales.size() * sizeof(float));
   if (!w.v_scales.empty()) v_scales.download(w.v_scales.data(), w.v_scales.size() * sizeof(float));
   index_cache.download(w.index_bytes.data(), w.index_bytes.size());
+  q.download(w.q.data(), w.q.size());
+  index_q.download(w.index_q.data(), w.index_q.size());
+  if (!w.index_q_e4m3.empty()) index_q_e4m3.download(w.index_q_e4m3.data(), w.index_q_e4m3.size());
   topk.download(w.topk.data(), w.topk.size() * sizeof(std::int32_t));
   out.download(w.out.data(), w.out.size());
   lse.download(w.lse.data(), w.lse.size() * sizeof(float));

@@ -1,0 +1,513 @@
+// Block scores of the decode / verify rows (contract 5) at the rate the index
+// cache can be read.
+//
+// Work: a "unit" is up to 32 rows of one decode request (its decode_query_len
+// tokens x H heads; more rows make several units). Every unit sees blocks
+// 0 .. (seq_len - 1) / 128 (capped at block_limit), and the (unit, block) pairs
+// of the step, in order, are one list that the grid cuts into equal contiguous
+// ranges: one persistent CTA per SM, whatever the batch and the lengths, so a
+// single long request spreads over every SM and a large batch keeps each CTA
+// on one or two requests.
+//
+// A CTA is one producer warp and up to 8 consumer warps around a ring of
+// shared-memory stages, one block of index keys each (bf16 and fp8 by TMA
+// tensor loads in the 128-byte swizzle, nvfp4 pages by a bulk copy), with
+// full / empty mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
+// and scores all 128 keys of a block against the unit's rows with mma.sync:
+// the keys are the M side (8 m-tiles of 16), the unit's rows the N side (1-4
+// n-tiles of 8, their fragments kept in registers while the unit lasts), so a
+// block is read from memory once for every row of its request. The block's
+// "max" is a running max over the m-tiles, reduced over the warp at the end;
+// each row's score is written once. The top-k follows in select.cu.
+//
+// Key formats: bf16 (ldmatrix, standard fragments), fp8 e4m3 with an e4m3
+// query (ldmatrix, m16n8k32 on fp8 tensor cores), fp8 e4m3 with a bf16 / fp16
+// query and nvfp4 (each lane loads 32 features of a key, converts them to
+// bf16 exactly, scale included; the features of a k-step are then a permuted
+// set, the same for the query). fp16 queries are split into bf16 hi + lo.
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "cuda/attention/prepare_once.hpp"
+#include "cuda/attention/ptx.cuh"
+#include "cuda/attention/wgmma.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_check.cuh"
+#include "cuda/indexer/decode_scores.hpp"
+#include "cuda/indexer/mma.cuh"
+#include "msa/common.hpp"
+
+namespace msa::cuda::indexer {
+namespace {
+
+using attention::ldmatrix_x4;
+using attention::smem_u32;
+namespace sm90 = attention::sm90;
+
+constexpr int kRingBytes = 192 * 1024;
+
+template <DecodeKeys K>
+constexpr int block_bytes() {
+  return K == DecodeKeys::bf16 ? 32768 : K == DecodeKeys::e4m3 ? 16384 : int(index_nvfp4::kPageBytes);
+}
+template <DecodeKeys K>
+constexpr int stage_bytes() {
+  return (block_bytes<K>() + 1023) / 1024 * 1024;
+}
+template <DecodeKeys K>
+constexpr int num_stages() {
+  return kRingBytes / stage_bytes<K>();
+}
+// Consumer warps: 8 (two per SM sub-partition, so that one converts while the
+// other multiplies), at most one per stage: a warp then never waits for a
+// stage two rounds ahead of the producer, where the barrier's parity would
+// read as done.
+template <DecodeKeys K>
+constexpr int num_consumers() {
+  return num_stages<K>() < 8 ? num_stages<K>() : 8;
+}
+template <DecodeKeys K>
+constexpr int num_threads() {
+  return (num_consumers<K>() + 1) * 32;
+}
+
+struct Params {
+  StepView step;
+  const std::uint8_t* q = nullptr;     // [num_tokens, H, 128] index queries (2 or 1 bytes each)
+  const std::uint8_t* keys = nullptr;  // index cache base (bytes)
+  std::int64_t page_bytes = 0;
+  std::int64_t num_pages = 0;
+  BlockTable table;
+  float* scores = nullptr;  // [num_tokens, H, max_blocks]
+  std::int32_t max_blocks = 0;
+  std::int32_t block_limit = 0;
+  std::int32_t num_heads = 0;
+  DecodeScoreLaunch l;
+  float global_scale = 1.0f;
+  std::int64_t* check = nullptr;  // [8] DeviceCheck buffer or null
+};
+
+// Blocks of unit u: those of its request, 0 when the request is padding.
+__device__ __forceinline__ std::int32_t unit_blocks(const Params& p, std::int32_t u) {
+  const std::int32_t seq = p.step.seq_lens[u / p.l.units_per_request];
+  return seq <= 0 ? 0 : min((seq - 1) / kBlockSize + 1, p.block_limit);
+}
+
+// Where a CTA starts in the step's (unit, block) list, and how many it takes.
+struct Range {
+  std::int32_t unit, block, count;
+};
+
+// Warp-wide: the CTA's share of the list (equal contiguous ranges).
+__device__ Range cta_range(const Params& p, int lane) {
+  std::int64_t total = 0;
+  for (std::int32_t u0 = 0; u0 < p.l.num_units; u0 += 32) {
+    std::int32_t n = u0 + lane < p.l.num_units ? unit_blocks(p, u0 + lane) : 0;
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1) n += __shfl_xor_sync(0xffffffffu, n, m);
+    total += n;
+  }
+  const std::int64_t per = (total + gridDim.x - 1) / gridDim.x;
+  const std::int64_t first = min(total, per * std::int64_t(blockIdx.x));
+  Range r{p.l.num_units, 0, std::int32_t(min(total, first + per) - first)};
+  // The unit holding entry `first`: scan the prefix 32 units at a time.
+  std::int64_t before = 0;
+  for (std::int32_t u0 = 0; u0 < p.l.num_units && r.count > 0; u0 += 32) {
+    const std::int32_t n = u0 + lane < p.l.num_units ? unit_blocks(p, u0 + lane) : 0;
+    std::int32_t incl = n;
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+      const std::int32_t v = __shfl_up_sync(0xffffffffu, incl, m);
+      if (lane >= m) incl += v;
+    }
+    const bool here = n > 0 && before + incl - n <= first && first < before + incl;
+    const std::uint32_t hit = __ballot_sync(0xffffffffu, here);
+    if (hit != 0) {
+      const int src = __ffs(hit) - 1;
+      const std::int32_t excl = __shfl_sync(0xffffffffu, incl - n, src);
+      r.unit = u0 + src;
+      r.block = std::int32_t(first - before - excl);
+      break;
+    }
+    before += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  return r;
+}
+
+// What the producer tells the consumer of a stage.
+struct StageInfo {
+  std::int32_t unit, block, page_ok;
+};
+
+// ---- the producer ----------------------------------------------------------------
+// The whole producer warp walks the CTA's range; lane 0 issues. Page ids are
+// read 32 at a time (one coalesced load of a run of the unit's block-table
+// row), so that no block waits on a dependent load of its page id.
+template <DecodeKeys K>
+__device__ void produce(const Params& p, const CUtensorMap* map, const Range& range, std::uint8_t* ring,
+                        std::uint64_t* full, std::uint64_t* empty, StageInfo* info, int lane) {
+  constexpr int S = num_stages<K>();
+  std::int32_t u = range.unit, b = range.block, nb = range.count > 0 ? unit_blocks(p, u) : 0;
+  for (std::int32_t k = 0; k < range.count;) {
+    const std::int32_t r = u / p.l.units_per_request;
+    const std::int32_t run = min(min(32, nb - b), range.count - k);
+    const std::int32_t page_of_lane = lane < run ? p.table.at(r, b + lane) : -1;
+    for (std::int32_t i = 0; i < run; ++i, ++k) {
+      const std::int32_t page = __shfl_sync(0xffffffffu, page_of_lane, i);
+      if (lane != 0) continue;
+      const int s = k % S;
+      sm90::mbar_wait(smem_u32(&empty[s]), ((k / S) & 1) ^ 1);
+      const bool ok = page >= 0 && page < p.num_pages;
+      info[s] = StageInfo{u, b + i, ok ? 1 : 0};
+      const std::uint32_t bar = smem_u32(&full[s]);
+      const std::uint32_t dst = smem_u32(ring + s * stage_bytes<K>());
+      if (!ok) {
+        detail::record_bad(p.check, detail::kBadIndexBlockTable, r, b + i, 0, page, p.num_pages);
+        sm90::mbar_arrive(bar);
+      } else {
+        sm90::mbar_arrive_expect_tx(bar, block_bytes<K>());
+        if constexpr (K == DecodeKeys::bf16) {
+          sm90::tma_load_3d(dst, map, bar, 0, 0, page);
+          sm90::tma_load_3d(dst + 16384, map, bar, 64, 0, page);
+        } else if constexpr (K == DecodeKeys::e4m3) {
+          sm90::tma_load_3d(dst, map, bar, 0, 0, page);
+        } else {
+          sm90::bulk_load(dst, p.keys + std::int64_t(page) * p.page_bytes, block_bytes<K>(), bar);
+        }
+      }
+    }
+    __syncwarp();
+    b += run;
+    if (b == nb) {
+      do {
+        ++u;
+      } while (u < p.l.num_units && (nb = unit_blocks(p, u)) == 0);
+      b = 0;
+    }
+  }
+}
+
+// ---- the consumers ---------------------------------------------------------------
+// The unit a consumer warp is scoring: its rows' query fragments and positions.
+// Lane (g, c) holds, per n-tile nt, the fragments of row nt * 8 + g and the
+// positions of rows nt * 8 + 2c, + 1 (the accumulator's columns).
+template <DecodeKeys K, DecodeQuery Q>
+struct Unit {
+  // k-steps per block: 8 of k16, or 4 of k32 on fp8 tensor cores.
+  static constexpr bool kFp8Mma = Q == DecodeQuery::e4m3;
+  static constexpr int kSteps = kFp8Mma ? 4 : 8;
+  static constexpr int kParts = Q == DecodeQuery::fp16 ? 2 : 1;  // fp16: bf16 hi + lo
+  // n-tiles a unit may have (DecodeScoreLaunch::max_unit_rows).
+  static constexpr int kNTiles = DecodeScoreLaunch::max_unit_rows(Q) / 8;
+
+  std::int32_t id = -1;
+  std::int32_t row0 = 0;      // first row (t * H + h) of the unit
+  std::int32_t ntiles = 0;
+  std::int32_t min_pos = 0;   // the unit's lowest position (its first row)
+  std::int32_t pos[kNTiles][2];  // -1: no such row
+  std::uint32_t b[kNTiles][kParts][kSteps][2];
+
+  __device__ void load(const Params& p, std::int32_t u, int g, int c) {
+    id = u;
+    const std::int32_t r = u / p.l.units_per_request;
+    const std::int32_t slice = u - r * p.l.units_per_request;
+    const std::int32_t req_rows = p.step.decode_query_len * p.num_heads;
+    const std::int32_t first = slice * p.l.unit_rows;
+    const std::int32_t rows = min(p.l.unit_rows, req_rows - first);
+    row0 = p.step.query_start[r] * p.num_heads + first;
+    ntiles = (rows + 7) / 8;
+    const std::int32_t seq = p.step.seq_lens[r];
+    const std::int32_t pos0 = seq - p.step.decode_query_len;  // position of the request's first token
+    min_pos = pos0 + first / p.num_heads;
+#pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const std::int32_t i = nt * 8 + 2 * c + e;
+        pos[nt][e] = i < rows && seq > 0 ? pos0 + (first + i) / p.num_heads : -1;
+      }
+      const std::int32_t i = nt * 8 + g;
+      const bool have = nt < ntiles && i < rows;
+      const std::int64_t row = std::int64_t(row0) + i;
+      if constexpr (kFp8Mma) {
+        const std::uint8_t* src = p.q + row * kHeadDim;
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+          b[nt][0][s][0] = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 32 * s + 4 * c)) : 0u;
+          b[nt][0][s][1] = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 32 * s + 16 + 4 * c)) : 0u;
+        }
+      } else {
+        const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(p.q) + row * kHeadDim;
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+          std::uint32_t w0 = 0, w1 = 0;
+          if (have) {
+            // Standard m16n8k16 fragments for bf16 keys (ldmatrix), the permuted
+            // ones of the converting formats (lane c's k-step s: features 32c + 4s ..).
+            if constexpr (K != DecodeKeys::bf16) {
+              const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + 32 * c + 4 * s));
+              w0 = v.x;
+              w1 = v.y;
+            } else {
+              w0 = __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c));
+              w1 = __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c + 8));
+            }
+          }
+          if constexpr (Q == DecodeQuery::fp16) {
+            fp16x2_to_bf16x2_split(w0, b[nt][0][s][0], b[nt][1][s][0]);
+            fp16x2_to_bf16x2_split(w1, b[nt][0][s][1], b[nt][1][s][1]);
+          } else {
+            b[nt][0][s][0] = w0;
+            b[nt][0][s][1] = w1;
+          }
+        }
+      }
+    }
+  }
+};
+
+// Shared-memory loads at a shared-window address (no generic-address path).
+__device__ __forceinline__ uint4 lds128(std::uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ uint2 lds64(std::uint32_t addr) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ std::uint32_t lds16(std::uint32_t addr) {
+  std::uint16_t v;
+  asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(v) : "r"(addr));
+  return v;
+}
+
+// acc[nt] += keys (m-tile `mt` of the stage) . rows of n-tile nt, all k-steps.
+template <DecodeKeys K, DecodeQuery Q>
+__device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8_t* stage, int mt, int lane,
+                                          float (&acc)[Unit<K, Q>::kNTiles][4]) {
+  using U = Unit<K, Q>;
+  const int g = lane >> 2, c = lane & 3;
+  auto mma_all = [&](int s, std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3) {
+#pragma unroll
+    for (int nt = 0; nt < U::kNTiles; ++nt) {
+      if (nt >= un.ntiles) break;
+      if constexpr (U::kFp8Mma) {
+        mma_e4m3_16832(acc[nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
+      } else {
+#pragma unroll
+        for (int part = 0; part < U::kParts; ++part)
+          mma_bf16_16816(acc[nt], a0, a1, a2, a3, un.b[nt][part][s][0], un.b[nt][part][s][1]);
+      }
+    }
+  };
+  if constexpr (K == DecodeKeys::bf16 || U::kFp8Mma) {
+    // ldmatrix from the swizzled tile: lane l addresses key (l & 7) + 8 ((l >> 3) & 1)
+    // of the m-tile and 16-byte chunk 2 (k-step within the 128-byte row) + (l >> 4).
+    const int key = mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int s = 0; s < U::kSteps; ++s) {
+      const int box = K == DecodeKeys::bf16 ? s >> 2 : 0;  // bf16: features 0-63, 64-127
+      const int chunk = (K == DecodeKeys::bf16 ? (s & 3) * 2 : s * 2) + (lane >> 4);
+      std::uint32_t a[4];
+      ldmatrix_x4(a, smem_u32(stage + box * 16384 + key * 128 + ((chunk ^ (lane & 7)) << 4)));
+      mma_all(s, a[0], a[1], a[2], a[3]);
+    }
+  } else {
+    // Lane (g, c) converts features 32c .. 32c + 31 of keys g and g + 8.
+    std::uint32_t f[2][16];  // [key][bf16x2 pairs of features 32c + 2i, + 1]
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = mt * 16 + g + 8 * half;
+      if constexpr (K == DecodeKeys::e4m3) {
+        // 32 codes: chunks 2c and 2c + 1 of the swizzled 128-byte row.
+        const std::uint32_t row = smem_u32(stage) + key * 128;
+        const uint4 lo = lds128(row + (((2 * c) ^ (key & 7)) << 4));
+        const uint4 hi = lds128(row + (((2 * c + 1) ^ (key & 7)) << 4));
+        const std::uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          f[half][2 * i] = e4m3x2_to_bf16x2(w[i] & 0xFFFFu);
+          f[half][2 * i + 1] = e4m3x2_to_bf16x2(w[i] >> 16);
+        }
+      } else {
+        // nvfp4 row: 64 data bytes (bytes 16c .. 16c + 15 hold features 32c ..),
+        // then 8 group scales (groups 2c, 2c + 1 cover those features).
+        const std::uint32_t row = smem_u32(stage) + key * std::uint32_t(index_nvfp4::kRowBytes);
+        const uint2 d0 = lds64(row + 16 * c);
+        const uint2 d1 = lds64(row + 16 * c + 8);
+        const std::uint32_t sc = lds16(row + std::uint32_t(index_nvfp4::kDataBytes) + 2 * c);
+        const std::uint32_t s0 = e4m3_to_bf16x2_splat(sc & 0xFFu), s1 = e4m3_to_bf16x2_splat(sc >> 8);
+        const std::uint32_t w[4] = {d0.x, d0.y, d1.x, d1.y};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          std::uint32_t v[4];
+          e2m1x8_to_bf16x2(w[i], v);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) f[half][4 * i + j] = bf16x2_mul(v[j], i < 2 ? s0 : s1);
+        }
+      }
+    }
+    // k-step s: lane c's features 32c + 4s .. + 3, rows g (a0, a2) and g + 8 (a1, a3).
+#pragma unroll
+    for (int s = 0; s < 8; ++s) mma_all(s, f[0][2 * s], f[1][2 * s], f[0][2 * s + 1], f[1][2 * s + 1]);
+  }
+}
+
+template <DecodeKeys K, DecodeQuery Q>
+__device__ void consume(const Params& p, const Range& range, const std::uint8_t* ring, std::uint64_t* full,
+                        std::uint64_t* empty, const StageInfo* info, int warp, int lane) {
+  constexpr int S = num_stages<K>();
+  const float kNaN = __int_as_float(0x7FFFFFFF);
+  const int g = lane >> 2, c = lane & 3;
+  constexpr int kMaxNTiles = Unit<K, Q>::kNTiles;
+  Unit<K, Q> un;
+  for (std::int32_t k = warp; k < range.count; k += num_consumers<K>()) {
+    const int s = k % S;
+    sm90::mbar_wait(smem_u32(&full[s]), (k / S) & 1);
+    const StageInfo si = info[s];
+    if (si.unit != un.id) un.load(p, si.unit, g, c);
+    const std::int32_t first_key = si.block * kBlockSize;
+    // NaN-lowest running max per accumulator column (row) pair.
+    float mx[kMaxNTiles][2];
+#pragma unroll
+    for (int nt = 0; nt < kMaxNTiles; ++nt) mx[nt][0] = mx[nt][1] = kNaN;
+    if (si.page_ok) {
+      const std::uint8_t* stage = ring + s * stage_bytes<K>();
+      // Rows that see only part of the block: the request's last block.
+      const bool partial = first_key + kBlockSize - 1 > un.min_pos;
+#pragma unroll 1
+      for (int mt = 0; mt < 8; ++mt) {
+        float acc[kMaxNTiles][4] = {};
+        mma_mtile<K, Q>(un, stage, mt, lane, acc);
+#pragma unroll
+        for (int nt = 0; nt < kMaxNTiles; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float v0 = acc[nt][e], v1 = acc[nt][2 + e];  // keys g, g + 8 of the m-tile
+            if (partial) {
+              const std::int32_t lim = un.pos[nt][e] - first_key;
+              if (mt * 16 + g > lim) v0 = kNaN;
+              if (mt * 16 + g + 8 > lim) v1 = kNaN;
+            }
+            mx[nt][e] = fmaxf(mx[nt][e], fmaxf(v0, v1));
+          }
+        }
+      }
+    }
+    // The stage is free once every lane has read it.
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(smem_u32(&empty[s]));
+#pragma unroll
+    for (int nt = 0; nt < kMaxNTiles; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+#pragma unroll
+        for (int m = 4; m <= 16; m <<= 1) mx[nt][e] = fmaxf(mx[nt][e], __shfl_xor_sync(0xffffffffu, mx[nt][e], m));
+      }
+    }
+    if (g == 0) {
+#pragma unroll
+      for (int nt = 0; nt < kMaxNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const std::int32_t pos = un.pos[nt][e];
+          if (nt >= un.ntiles || pos < 0) continue;
+          float v = mx[nt][e];
+          if (first_key > pos) v = -INFINITY;  // beyond the row's own block
+          else if constexpr (K == DecodeKeys::nvfp4) v *= p.global_scale;
+          p.scores[(std::int64_t(un.row0) + nt * 8 + 2 * c + e) * p.max_blocks + si.block] = v;
+        }
+      }
+    }
+  }
+}
+
+template <DecodeKeys K, DecodeQuery Q>
+__global__ void __launch_bounds__(num_threads<K>(), 1)
+    decode_scores_kernel(const __grid_constant__ CUtensorMap map, const Params p) {
+  constexpr int S = num_stages<K>();
+  extern __shared__ std::uint8_t smem_raw[];
+  __shared__ __align__(8) std::uint64_t full[S], empty[S];
+  __shared__ StageInfo info[S];
+  __shared__ Range range;
+  std::uint8_t* ring = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                                       ~std::uintptr_t(1023));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  constexpr int kProducer = num_consumers<K>();  // the last warp
+  if (warp == kProducer) {
+    const Range r = cta_range(p, lane);
+    if (lane == 0) {
+      range = r;
+      for (int s = 0; s < S; ++s) {
+        sm90::mbar_init(smem_u32(&full[s]), 1);
+        sm90::mbar_init(smem_u32(&empty[s]), 1);
+      }
+      sm90::mbar_init_fence();
+    }
+  }
+  __syncthreads();
+  const Range r = range;
+  if (warp == kProducer) {
+    produce<K>(p, &map, r, ring, full, empty, info, lane);
+  } else {
+    consume<K, Q>(p, r, ring, full, empty, info, warp, lane);
+  }
+}
+
+template <DecodeKeys K, DecodeQuery Q>
+void launch(const CUtensorMap& map, const Params& p, int grid, cudaStream_t stream) {
+  constexpr int smem = kRingBytes + 1024;
+  static std::atomic<std::uint64_t> prepared{0};
+  attention::once_per_device(prepared, [](int) {
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(decode_scores_kernel<K, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  });
+  decode_scores_kernel<K, Q><<<grid, num_threads<K>(), smem, stream>>>(map, p);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_decode_scores(const StepView& step, const IndexerArgs& args, DecodeKeys keys, DecodeQuery query,
+                          const CUtensorMap& map, float* scores, std::int32_t max_blocks, std::int32_t block_limit,
+                          const DecodeScoreLaunch& launch_args, int grid, std::int64_t* check, cudaStream_t stream) {
+  if (launch_args.num_units <= 0 || block_limit <= 0 || grid <= 0) return;
+  Params p;
+  p.step = step;
+  p.q = static_cast<const std::uint8_t*>(args.index_q);
+  p.keys = static_cast<const std::uint8_t*>(args.cache.base);
+  p.page_bytes = keys == DecodeKeys::nvfp4 ? args.cache.page_stride
+                                           : args.cache.page_stride * (keys == DecodeKeys::bf16 ? 2 : 1);
+  p.num_pages = args.cache.num_pages;
+  p.table = args.block_table;
+  p.scores = scores;
+  p.max_blocks = max_blocks;
+  p.block_limit = block_limit;
+  p.num_heads = args.num_kv_heads;
+  p.l = launch_args;
+  p.global_scale = args.cache.global_scale;
+  p.check = check;
+  using DK = DecodeKeys;
+  using DQ = DecodeQuery;
+  switch (keys) {
+    case DK::bf16:
+      if (query == DQ::fp16) launch<DK::bf16, DQ::fp16>(map, p, grid, stream);
+      else launch<DK::bf16, DQ::bf16>(map, p, grid, stream);
+      break;
+    case DK::e4m3:
+      if (query == DQ::e4m3) launch<DK::e4m3, DQ::e4m3>(map, p, grid, stream);
+      else if (query == DQ::fp16) launch<DK::e4m3, DQ::fp16>(map, p, grid, stream);
+      else launch<DK::e4m3, DQ::bf16>(map, p, grid, stream);
+      break;
+    case DK::nvfp4:
+      if (query == DQ::fp16) launch<DK::nvfp4, DQ::fp16>(map, p, grid, stream);
+      else launch<DK::nvfp4, DQ::bf16>(map, p, grid, stream);
+      break;
+  }
+}
+
+}  // namespace msa::cuda::indexer

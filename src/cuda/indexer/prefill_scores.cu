@@ -1,0 +1,422 @@
+// Block scores of the prefill rows (contract 5) as a GEMM on Hopper tensor
+// cores: index queries (M) x index keys (N) over the 128 features (K), with the
+// causal "max" over each block of 128 keys in the epilogue.
+//
+// Work: a tile is 256 consecutive rows (t * H + h) of one prefill request;
+// tile i sees blocks 0 .. the block of its last position. The (tile, block)
+// pairs of the step, in order, are one list that the persistent grid (one CTA
+// per SM) cuts into equal contiguous ranges, so a CTA stays on one or two tiles
+// and every SM gets the same number of blocks whatever the causal shape.
+//
+// A CTA is a producer warpgroup (one thread issues the TMA loads: the tile's
+// queries once per tile, then the key blocks through the block table into a
+// ring of stages) and two consumer warpgroups of 128 rows each. Per block a
+// consumer issues wgmma m64n128 (k16 bf16, or k32 fp8 e4m3) for its two
+// m64 halves from shared memory (queries and keys in the TMA's 128-byte
+// swizzle), waits, frees the stage, and reduces each row of its 128 x 128
+// fp32 accumulator to the block's max in registers (masking keys beyond the
+// row's position only in blocks that need it); each row's score is written
+// once. The top-k follows in select.cu.
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+
+#include <cuda.h>
+
+#include "cuda/attention/prepare_once.hpp"
+#include "cuda/attention/ptx.cuh"
+#include "cuda/attention/wgmma.cuh"
+#include "cuda/common/check.cuh"
+#include "cuda/common/device_check.cuh"
+#include "cuda/indexer/prefill_scores.hpp"
+#include "msa/common.hpp"
+
+namespace msa::cuda::indexer {
+namespace {
+
+using attention::smem_u32;
+namespace sm90 = attention::sm90;
+
+constexpr int kTile = kPrefillTileRows;
+constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgroups
+constexpr int kStages = 4;
+
+template <PrefillKeys K>
+constexpr int elem_bytes() {
+  return K == PrefillKeys::bf16 ? 2 : 1;
+}
+// A block of keys / a tile of queries in shared memory.
+template <PrefillKeys K>
+constexpr int key_bytes() {
+  return kBlockSize * kHeadDim * elem_bytes<K>();
+}
+template <PrefillKeys K>
+constexpr int query_bytes() {
+  return kTile * kHeadDim * elem_bytes<K>();
+}
+template <PrefillKeys K>
+constexpr int smem_bytes() {
+  return query_bytes<K>() + kStages * key_bytes<K>() + 1024;  // + alignment slack
+}
+
+// d (64 x 128 fp32) (+)= A (64 x 32 e4m3, K-major at descriptor a) x B (128 x 32 e4m3, K-major at b).
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], std::uint64_t a, std::uint64_t b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+      "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
+      "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+struct Params {
+  StepView step;
+  BlockTable table;
+  std::int64_t num_pages = 0;
+  float* scores = nullptr;  // [num_tokens, H, max_blocks]
+  std::int32_t max_blocks = 0;
+  std::int32_t block_limit = 0;
+  std::int32_t num_heads = 0;
+  std::int64_t* check = nullptr;  // [8] DeviceCheck buffer or null
+};
+
+// Tile i of prefill request r.
+struct TileRef {
+  std::int32_t request = 0, index = 0;
+};
+
+__device__ __forceinline__ std::int32_t request_rows(const Params& p, std::int32_t r) {
+  return (p.step.query_start[r + 1] - p.step.query_start[r]) * p.num_heads;
+}
+__device__ __forceinline__ std::int32_t request_tiles(const Params& p, std::int32_t r) {
+  return (request_rows(p, r) + kTile - 1) / kTile;
+}
+// Blocks tile i of request r scores: those up to its last row's position.
+__device__ __forceinline__ std::int32_t tile_blocks(const Params& p, std::int32_t r, std::int32_t i) {
+  const std::int32_t seq = p.step.seq_lens[r];
+  if (seq <= 0) return 0;
+  const std::int32_t qlen = p.step.query_start[r + 1] - p.step.query_start[r];
+  const std::int32_t last_row = min((i + 1) * kTile, qlen * p.num_heads) - 1;
+  const std::int32_t pos = seq - qlen + last_row / p.num_heads;
+  return min(pos / kBlockSize + 1, p.block_limit);
+}
+
+struct Range {
+  TileRef tile;
+  std::int32_t block = 0, count = 0;
+};
+
+// Warp-wide: the CTA's equal share of the step's (tile, block) list.
+__device__ Range cta_range(const Params& p, int lane) {
+  const std::int32_t r0 = p.step.num_decodes, r1 = p.step.num_requests;
+  std::int64_t total = 0;
+  for (std::int32_t r = r0; r < r1; ++r) {
+    const std::int32_t tiles = request_tiles(p, r);
+    for (std::int32_t i0 = 0; i0 < tiles; i0 += 32) {
+      std::int32_t n = i0 + lane < tiles ? tile_blocks(p, r, i0 + lane) : 0;
+#pragma unroll
+      for (int m = 16; m >= 1; m >>= 1) n += __shfl_xor_sync(0xffffffffu, n, m);
+      total += n;
+    }
+  }
+  const std::int64_t per = (total + gridDim.x - 1) / gridDim.x;
+  const std::int64_t first = min(total, per * std::int64_t(blockIdx.x));
+  Range out;
+  out.count = std::int32_t(min(total, first + per) - first);
+  std::int64_t before = 0;
+  for (std::int32_t r = r0; r < r1 && out.count > 0; ++r) {
+    const std::int32_t tiles = request_tiles(p, r);
+    for (std::int32_t i0 = 0; i0 < tiles; i0 += 32) {
+      const std::int32_t n = i0 + lane < tiles ? tile_blocks(p, r, i0 + lane) : 0;
+      std::int32_t incl = n;
+#pragma unroll
+      for (int m = 1; m < 32; m <<= 1) {
+        const std::int32_t v = __shfl_up_sync(0xffffffffu, incl, m);
+        if (lane >= m) incl += v;
+      }
+      const bool here = n > 0 && before + incl - n <= first && first < before + incl;
+      const std::uint32_t hit = __ballot_sync(0xffffffffu, here);
+      if (hit != 0) {
+        const int src = __ffs(hit) - 1;
+        out.tile = TileRef{r, i0 + src};
+        out.block = std::int32_t(first - before - __shfl_sync(0xffffffffu, incl - n, src));
+        return out;
+      }
+      before += __shfl_sync(0xffffffffu, incl, 31);
+    }
+  }
+  return out;
+}
+
+// What the producer tells the consumers of a stage.
+struct StageInfo {
+  std::int32_t block;
+  std::int32_t page_ok;
+  std::int32_t new_tile;  // first block of a tile in this CTA: wait for its queries
+  std::int32_t tile_end;  // last block of its tile: the queries buffer is free after it
+  std::int32_t row0;      // the tile's first row (t * H + h)
+  std::int32_t rows;      // its rows (<= 256)
+  std::int32_t row_in_req;  // row0's index among its request's rows
+  std::int32_t pos_req;   // position of the request's first token
+  std::int32_t pos0;      // position of row0's token: the tile's lowest
+};
+
+template <PrefillKeys K>
+__device__ void produce(const Params& p, const CUtensorMap* key_map, const CUtensorMap* query_map, Range range,
+                        std::uint8_t* queries, std::uint8_t* ring, std::uint64_t* full, std::uint64_t* empty,
+                        std::uint64_t* q_full, std::uint64_t* q_empty, StageInfo* info) {
+  TileRef t = range.tile;
+  std::int32_t b = range.block;
+  std::int32_t nb = range.count > 0 ? tile_blocks(p, t.request, t.index) : 0;
+  std::int32_t tiles_loaded = 0;
+  bool new_tile = true;
+  for (std::int32_t k = 0; k < range.count; ++k) {
+    const std::int32_t r = t.request;
+    const std::int32_t qlen = p.step.query_start[r + 1] - p.step.query_start[r];
+    const std::int32_t row_in_req = t.index * kTile;
+    const std::int32_t row0 = p.step.query_start[r] * p.num_heads + row_in_req;
+    if (new_tile) {
+      // The queries buffer is free once both consumers are done with the last tile.
+      sm90::mbar_wait(smem_u32(q_empty), (tiles_loaded & 1) ^ 1);
+      const std::uint32_t bar = smem_u32(q_full);
+      sm90::mbar_arrive_expect_tx(bar, query_bytes<K>());
+      const std::uint32_t dst = smem_u32(queries);
+      if constexpr (K == PrefillKeys::bf16) {
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+            "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(0), "r"(row0), "r"(bar)
+            : "memory");
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+                dst + query_bytes<K>() / 2),
+            "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(64), "r"(row0), "r"(bar)
+            : "memory");
+      } else {
+        asm volatile(
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+            "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(0), "r"(row0), "r"(bar)
+            : "memory");
+      }
+      ++tiles_loaded;
+    }
+    const int s = k % kStages;
+    sm90::mbar_wait(smem_u32(&empty[s]), ((k / kStages) & 1) ^ 1);
+    const std::int32_t page = p.table.at(r, b);
+    const bool ok = page >= 0 && page < p.num_pages;
+    StageInfo si;
+    si.block = b;
+    si.page_ok = ok ? 1 : 0;
+    si.new_tile = new_tile ? 1 : 0;
+    si.tile_end = b + 1 == nb ? 1 : 0;
+    si.row0 = row0;
+    si.rows = min(kTile, qlen * p.num_heads - row_in_req);
+    si.row_in_req = row_in_req;
+    si.pos_req = p.step.seq_lens[r] - qlen;
+    si.pos0 = si.pos_req + row_in_req / p.num_heads;
+    info[s] = si;
+    const std::uint32_t bar = smem_u32(&full[s]);
+    if (!ok) {
+      detail::record_bad(p.check, detail::kBadIndexBlockTable, r, b, 0, page, p.num_pages);
+      sm90::mbar_arrive(bar);
+    } else {
+      sm90::mbar_arrive_expect_tx(bar, key_bytes<K>());
+      const std::uint32_t dst = smem_u32(ring + s * key_bytes<K>());
+      sm90::tma_load_3d(dst, key_map, bar, 0, 0, page);
+      if constexpr (K == PrefillKeys::bf16) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, page);
+    }
+    new_tile = false;
+    if (++b == nb) {
+      b = 0;
+      new_tile = true;
+      do {
+        if (++t.index == request_tiles(p, t.request)) {
+          t.index = 0;
+          ++t.request;
+        }
+      } while (t.request < p.step.num_requests && (nb = tile_blocks(p, t.request, t.index)) == 0);
+    }
+  }
+}
+
+// The accumulator of a consumer's m64 half: thread (warp w of the warpgroup,
+// lane g * 4 + c) holds rows 16w + g and 16w + g + 8, columns 8j + 2c, + 1 for
+// j < 16, at d[4j + (0, 1)] and d[4j + (2, 3)].
+template <PrefillKeys K>
+__device__ void consume(const Params& p, const Range& range, const std::uint8_t* queries, const std::uint8_t* ring,
+                        std::uint64_t* full, std::uint64_t* empty, std::uint64_t* q_full, std::uint64_t* q_empty,
+                        const StageInfo* info, int wg, int tid) {
+  const float kNaN = __int_as_float(0x7FFFFFFF);
+  constexpr int kSteps = K == PrefillKeys::bf16 ? 8 : 4;  // k16 / k32 steps over the 128 features
+  constexpr int kBox = K == PrefillKeys::bf16 ? 64 : 128;   // features per 128-byte row of a box
+  const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
+  std::int32_t tiles_seen = 0;
+  float d[2][64];
+  // Positions of this thread's four rows in the current tile (-1: no row).
+  std::int32_t pos[2][2] = {{-1, -1}, {-1, -1}};
+  for (std::int32_t k = 0; k < range.count; ++k) {
+    const int s = k % kStages;
+    sm90::mbar_wait(smem_u32(&full[s]), (k / kStages) & 1);
+    const StageInfo si = info[s];
+    if (si.new_tile || k == 0) {
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+          pos[m][half] = local < si.rows ? si.pos_req + (si.row_in_req + local) / p.num_heads : -1;
+        }
+      }
+    }
+    if (si.new_tile) {
+      sm90::mbar_wait(smem_u32(q_full), tiles_seen & 1);
+      ++tiles_seen;
+    }
+    {
+      // A stage whose page was out of range holds stale keys: multiplied
+      // anyway (no branch around the wgmma group), its scores discarded.
+      const std::uint8_t* stage = ring + s * key_bytes<K>();
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < kSteps; ++st) {
+        // Features of k-step st: box (st * 16 or 32) / kBox, byte 32 * (st % steps per box) of its rows.
+        constexpr int kPerBox = kSteps * kBox / kHeadDim;
+        const int box = st / kPerBox, col = 32 * (st % kPerBox);
+        const std::uint32_t b_addr = smem_u32(stage + box * (key_bytes<K>() / (kHeadDim / kBox)) + col);
+        const std::uint64_t bd = sm90::sw128_desc(b_addr, 16, 1024).at(0);
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          const std::uint32_t a_addr =
+              smem_u32(queries + box * (query_bytes<K>() / (kHeadDim / kBox)) + (wg * 128 + m * 64) * 128 + col);
+          const std::uint64_t ad = sm90::sw128_desc(a_addr, 16, 1024).at(0);
+          if constexpr (K == PrefillKeys::bf16) sm90::wgmma_ss<false>(d[m], ad, bd, st > 0);
+          else wgmma_e4m3(d[m], ad, bd, st > 0);
+        }
+      }
+      sm90::wgmma_commit();
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_registers(d[0]);
+    sm90::fence_registers(d[1]);
+    // The stage (and after a tile's last block, the queries) is free once
+    // this warpgroup's MMAs have read it.
+    sm90::named_barrier_sync(1 + wg, 128);
+    if (tid == 0) {
+      sm90::mbar_arrive(smem_u32(&empty[s]));
+      if (si.tile_end) sm90::mbar_arrive(smem_u32(q_empty));
+    }
+    const std::int32_t first_key = si.block * kBlockSize;
+    const bool partial = first_key + kBlockSize - 1 > si.pos0;
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float mx = kNaN;
+        if (si.page_ok) {
+          // NaN-lowest max of the row's 32 columns here, as a tree.
+          float v[16];
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            float v0 = d[m][4 * j + 2 * half], v1 = d[m][4 * j + 2 * half + 1];
+            if (partial) {
+              const std::int32_t lim = pos[m][half] - first_key;
+              if (8 * j + 2 * c > lim) v0 = kNaN;
+              if (8 * j + 2 * c + 1 > lim) v1 = kNaN;
+            }
+            v[j] = fmaxf(v0, v1);
+          }
+#pragma unroll
+          for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
+          mx = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+        if (c == half && pos[m][half] >= 0) {
+          p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] =
+              first_key > pos[m][half] ? -INFINITY : mx;
+        }
+      }
+    }
+  }
+}
+
+template <PrefillKeys K>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_scores_kernel(const __grid_constant__ CUtensorMap key_map, const __grid_constant__ CUtensorMap query_map,
+                          const Params p) {
+  extern __shared__ std::uint8_t smem_raw[];
+  __shared__ __align__(8) std::uint64_t full[kStages], empty[kStages], q_full, q_empty;
+  __shared__ StageInfo info[kStages];
+  __shared__ Range range;
+  std::uint8_t* queries = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                                          ~std::uintptr_t(1023));
+  std::uint8_t* ring = queries + query_bytes<K>();
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x < 32) {
+    const Range r = cta_range(p, threadIdx.x);
+    if (threadIdx.x == 0) {
+      range = r;
+      for (int s = 0; s < kStages; ++s) {
+        sm90::mbar_init(smem_u32(&full[s]), 1);
+        sm90::mbar_init(smem_u32(&empty[s]), 2);
+      }
+      sm90::mbar_init(smem_u32(&q_full), 1);
+      sm90::mbar_init(smem_u32(&q_empty), 2);
+      sm90::mbar_init_fence();
+    }
+  }
+  __syncthreads();
+  const Range r = range;
+  if (wg == 0) {
+    sm90::regs_dec<40>();
+    if (tid == 0) produce<K>(p, &key_map, &query_map, r, queries, ring, full, empty, &q_full, &q_empty, info);
+  } else {
+    sm90::regs_inc<232>();
+    consume<K>(p, r, queries, ring, full, empty, &q_full, &q_empty, info, wg - 1, tid);
+  }
+}
+
+template <PrefillKeys K>
+void launch(const CUtensorMap& key_map, const CUtensorMap& query_map, const Params& p, int grid, cudaStream_t stream) {
+  static std::atomic<std::uint64_t> prepared{0};
+  attention::once_per_device(prepared, [](int) {
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(prefill_scores_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        smem_bytes<K>()));
+  });
+  prefill_scores_kernel<K><<<grid, kThreads, smem_bytes<K>(), stream>>>(key_map, query_map, p);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_prefill_scores(const StepView& step, const IndexerArgs& args, PrefillKeys keys,
+                           const CUtensorMap& key_map, const CUtensorMap& query_map, float* scores,
+                           std::int32_t max_blocks, std::int32_t block_limit, int grid, std::int64_t* check,
+                           cudaStream_t stream) {
+  if (block_limit <= 0 || grid <= 0 || step.num_requests <= step.num_decodes) return;
+  Params p;
+  p.step = step;
+  p.table = args.block_table;
+  p.num_pages = args.cache.num_pages;
+  p.scores = scores;
+  p.max_blocks = max_blocks;
+  p.block_limit = block_limit;
+  p.num_heads = args.num_kv_heads;
+  p.check = check;
+  if (keys == PrefillKeys::bf16) launch<PrefillKeys::bf16>(key_map, query_map, p, grid, stream);
+  else launch<PrefillKeys::e4m3>(key_map, query_map, p, grid, stream);
+}
+
+}  // namespace msa::cuda::indexer
