@@ -55,7 +55,7 @@ else
   step "build _msa msa_cli"
   cmake --build "$BUILD" -j "$JOBS" --target _msa msa_cli >"$LOG/py_build.log" 2>&1 || { tail -40 "$LOG/py_build.log"; finish 1; }
   grep -E "warning|error" "$LOG/py_build.log" | grep -v "^ninja" | head -20
-  MSA_CMD="$PWD/$BUILD/msa"
+  MSA_CMD="$PWD/$BUILD/bin/msa"
   PYPATH="$PWD/$BUILD/python"
 fi
 

@@ -14,7 +14,12 @@ namespace msa::cpu {
 
 struct Options {
   int num_threads = 0;  // 0: one per hardware thread
-  bool check = true;    // validate every index before touching memory
+  // Scan the index data before touching memory: block-table entries, top-k
+  // ids and slots, each reported by name. With false, an out-of-range id,
+  // page or slot is skipped and never dereferenced (its block holds no keys,
+  // its token is not written). The views, the step and a k2q plan are checked
+  // either way (that costs no pass over the index data).
+  bool check = true;
 };
 
 // Writes K and V of each token with slot >= 0 into the cache, quantizing as the

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/view_span.hpp"
 #include "msa/error.hpp"
 
 namespace msa {
@@ -42,6 +43,7 @@ KVCacheView make_cache_view(DType dtype, void* base, std::int64_t num_pages, int
   if (page_stride == 0) page_stride = compact;
   MSA_CHECK(page_stride >= compact, "page_stride = ", page_stride,
             " is smaller than one page (", compact, " elements)");
+  check::size_of("the cache", check::size_of("the cache", num_pages, page_stride), std::int64_t(dtype_bytes(dtype)));
   KVCacheView c;
   c.dtype = dtype;
   c.num_pages = num_pages;
@@ -82,10 +84,11 @@ KVCacheView make_nvfp4_cache_view(void* base, std::int64_t num_pages, int num_kv
                                   std::int64_t page_stride_bytes) {
   MSA_CHECK(num_pages >= 0, "num_pages = ", num_pages, " must be >= 0");
   MSA_CHECK(num_kv_heads >= 1, "num_kv_heads = ", num_kv_heads, " must be >= 1");
-  const std::int64_t compact = 2 * num_kv_heads * nvfp4::kSlotBytes;
+  const std::int64_t compact = 2 * std::int64_t(num_kv_heads) * nvfp4::kSlotBytes;
   if (page_stride_bytes == 0) page_stride_bytes = compact;
   MSA_CHECK(page_stride_bytes >= compact, "page_stride = ", page_stride_bytes,
             " bytes is smaller than one nvfp4 page (", compact, " bytes)");
+  check::size_of("the cache", num_pages, page_stride_bytes);
   MSA_CHECK(std::isfinite(k_global_scale) && k_global_scale > 0.0f, "k_global_scale = ",
             k_global_scale, " must be finite and positive");
   MSA_CHECK(std::isfinite(v_global_scale) && v_global_scale > 0.0f, "v_global_scale = ",
@@ -132,7 +135,7 @@ IndexCacheView make_index_cache_view(DType dtype, void* base, std::int64_t num_p
 
 std::int64_t cache_extent(const KVCacheView& c) {
   if (c.num_pages == 0) return 0;
-  if (c.dtype == DType::nvfp4) return (c.num_pages - 1) * c.page_stride + 2 * c.num_kv_heads * nvfp4::kSlotBytes;
+  if (c.dtype == DType::nvfp4) return (c.num_pages - 1) * c.page_stride + 2 * std::int64_t(c.num_kv_heads) * nvfp4::kSlotBytes;
   // The largest offset touched by K or V, plus one, measured from c.k.
   const std::int64_t last = c.offset(c.num_pages - 1, c.num_kv_heads - 1, kBlockSize - 1, kHeadDim - 1);
   const std::int64_t eb = std::int64_t(dtype_bytes(c.dtype));

@@ -65,6 +65,38 @@ void pre_attention_shape(const KVCacheView& cache, const IndexCacheView& index_c
   present(a.slots, "slots");
   MSA_CHECK(a.max_position >= 1, "max_position = 0: the cos_sin table has no rows for ",
             a.num_tokens, " tokens");
+
+  // The views: aligned, addressable, and no output sharing memory with an input.
+  const Span qkv = dense_view(a.qkv, a.qkv_dtype, size_of("qkv", a.num_tokens - 1, a.row_stride(), a.row_width()), "qkv");
+  const auto int64s = [&](const std::int64_t* p, const char* name) {
+    aligned(name, p, sizeof(std::int64_t), "int64 entries");
+    return span_at(name, p, size_of(name, a.num_tokens, sizeof(std::int64_t)));
+  };
+  const Span read[] = {
+      qkv,
+      int64s(a.positions, "positions"),
+      int64s(a.slots, "slots"),
+      a.index_slots ? int64s(a.index_slots, "index_slots") : Span{},
+      dense_view(a.q_weight, a.weight_dtype, kHeadDim, "q_weight"),
+      dense_view(a.k_weight, a.weight_dtype, kHeadDim, "k_weight"),
+      dense_view(a.index_q_weight, a.weight_dtype, kHeadDim, "index_q_weight"),
+      dense_view(a.index_k_weight, a.weight_dtype, kHeadDim, "index_k_weight"),
+      dense_view(a.cos_sin, a.cos_sin_dtype, size_of("cos_sin", a.max_position, 64), "cos_sin")};
+  const CacheSpans c = cache_spans(cache);
+  const Span written[] = {
+      dense_view(a.q, a.q_dtype, size_of("q", a.num_tokens, std::int64_t(a.num_q_heads) * kHeadDim), "q"),
+      dense_view(a.index_q, a.index_q_dtype, size_of("index_q", a.num_tokens, std::int64_t(a.num_index_heads) * kHeadDim),
+                 "index_q"),
+      c.k, c.v, c.k_scales, c.v_scales, index_cache_span(index_cache)};
+  for (const Span& w : written)
+    for (const Span& r : read) no_overlap(w, r);
+  no_overlap(written[0], written[1]);
+  for (int i = 2; i < 7; ++i) {
+    no_overlap(written[0], written[i]);
+    no_overlap(written[1], written[i]);
+  }
+  no_overlap(written[6], c.k);
+  no_overlap(written[6], c.v);
 }
 
 void pre_attention_data(const KVCacheView& cache, const IndexCacheView& index_cache,

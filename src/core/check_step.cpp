@@ -26,6 +26,9 @@ void step_shape(const StepView& step) {
             step.num_requests, " requests");
   MSA_CHECK(step.num_tokens == 0 || step.token_request != nullptr,
             "step.token_request is null but the step has ", step.num_tokens, " tokens");
+  aligned("step.query_start", step.query_start, sizeof(std::int32_t), "int32 entries");
+  aligned("step.seq_lens", step.seq_lens, sizeof(std::int32_t), "int32 entries");
+  aligned("step.token_request", step.token_request, sizeof(std::int32_t), "int32 entries");
 }
 
 void step_data(const StepView& step) {
@@ -62,11 +65,7 @@ void block_table_data(const StepView& step, const BlockTable& table, std::int64_
                       const char* what) {
   step_data(step);
   MSA_CHECK(num_pages >= 0, what, ": num_pages = ", num_pages, " is negative");
-  MSA_CHECK(table.max_blocks >= 0, what, ".max_blocks = ", table.max_blocks, " is negative");
-  MSA_CHECK(table.num_rows >= step.num_requests, what, ".num_rows = ", table.num_rows,
-            " but the step has ", step.num_requests, " requests");
-  MSA_CHECK(table.num_rows <= 1 || table.row_stride >= table.max_blocks, what, ".row_stride = ",
-            table.row_stride, " is below max_blocks = ", table.max_blocks);
+  block_table_view(table, step.num_requests, num_pages, what);
   for (std::int32_t r = 0; r < step.num_requests; ++r) {
     const std::int64_t blocks = (std::int64_t(step.seq_lens[r]) + kBlockSize - 1) / kBlockSize;
     MSA_CHECK(blocks <= table.max_blocks, what, ": request ", r, " has seq_len ", step.seq_lens[r],

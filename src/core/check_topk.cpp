@@ -61,7 +61,7 @@ void topk_data(const StepView& step, const TopkView& topk, int num_kv_heads,
             "top-k token range [", token_begin, ", ", token_end, ") is not inside [0, num_tokens = ",
             step.num_tokens, "]");
   if (token_begin == token_end) return;
-  MSA_CHECK(topk.data != nullptr, "topk.data is null");
+  topk_view(topk, step.num_tokens, num_kv_heads, "topk");
   for (std::int32_t t = token_begin; t < token_end; ++t) {
     const std::int32_t r = step.token_request[t];
     const std::int32_t p = step.position(t, r);

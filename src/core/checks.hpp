@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/view_span.hpp"
 #include "msa/batch.hpp"
 #include "msa/cache.hpp"
 #include "msa/config.hpp"
@@ -28,9 +29,39 @@ void block_table_data(const StepView& step, const BlockTable& table, std::int64_
 void topk_data(const StepView& step, const TopkView& topk, int num_kv_heads,
                std::int32_t token_begin, std::int32_t token_end);
 
-// check_insert.cpp -------------------------------------------------------------
+// check_cache_view.cpp ---------------------------------------------------------
+// Dtype, scales, strides (of the right sign, rows that never share an element
+// except K and V interleaved as a layout defines), alignment of the bases to
+// their element, sizes that fit the address space.
 void cache_view(const KVCacheView& cache);
 void index_cache_view(const IndexCacheView& cache);
+// The memory a valid view declares: K and V pages (num_pages pages from each
+// base; v empty for nvfp4) and the per-token scales.
+struct CacheSpans {
+  Span k, v, k_scales, v_scales;
+};
+CacheSpans cache_spans(const KVCacheView& cache);
+Span index_cache_span(const IndexCacheView& cache);
+
+// check_views.cpp --------------------------------------------------------------
+// A block table of at least `num_requests` rows: non-negative max_blocks, rows
+// that do not overlap (row_stride >= max_blocks), aligned data, non-null when
+// a request may read it (max_blocks > 0 and a cache of num_pages > 0 pages).
+// `what` names it in messages ("block_table", "indexer: block_table").
+Span block_table_view(const BlockTable& table, std::int64_t num_requests, std::int64_t num_pages,
+                      const char* what);
+// A top-k view of [num_tokens, num_kv_heads, topk]: topk in [1, 64], aligned
+// data (non-null with tokens), strides not negative and rows that never
+// overlap. `what` names it ("topk", "indexer: out").
+Span topk_view(const TopkView& topk, std::int64_t num_tokens, std::int64_t num_kv_heads,
+               const char* what);
+// A dense array of `count` elements of `dtype` (non-null when count > 0 unless
+// `optional`, aligned to its element).
+Span dense_view(const void* data, DType dtype, std::int64_t count, const char* what,
+                bool optional = false);
+
+// check_insert.cpp -------------------------------------------------------------
+// The cache view, the sources' views, and no output sharing memory with an input.
 void insert_kv_shape(const KVCacheView& cache, const InsertKVArgs& args);
 void insert_index_shape(const IndexCacheView& cache, const InsertIndexArgs& args);
 // Slots must be negative (skip) or < num_pages * 128.
@@ -38,9 +69,13 @@ void slots_data(const std::int64_t* slots, std::int64_t num_tokens, std::int64_t
                 const char* what);
 
 // check_indexer.cpp --------------------------------------------------------------
+// Every view of the call (index queries, cache, block table, output) and no
+// output sharing memory with an input.
 void indexer_shape(const StepView& step, const IndexerArgs& args);
 
 // check_attention.cpp ------------------------------------------------------------
+// Every view of the call (query, cache, block table, top-k, output, lse) and no
+// output sharing memory with an input.
 void attention_shape(const StepView& step, const AttentionArgs& args);
 
 }  // namespace msa::check

@@ -1,6 +1,7 @@
 #include "msa/config.hpp"
 
 #include <cmath>
+#include <cstdint>
 
 #include "msa/error.hpp"
 
@@ -18,8 +19,8 @@ void ModelConfig::validate() const {
   MSA_CHECK(topk >= 1 && topk <= kMaxTopk, "topk = ", topk, " must be in [1, ", kMaxTopk, "]");
   MSA_CHECK(init_blocks >= 0, "init_blocks = ", init_blocks, " must be >= 0");
   MSA_CHECK(local_blocks >= 0, "local_blocks = ", local_blocks, " must be >= 0");
-  MSA_CHECK(init_blocks + local_blocks <= topk, "init_blocks + local_blocks = ",
-            init_blocks + local_blocks, " exceeds topk = ", topk);
+  MSA_CHECK(std::int64_t(init_blocks) + local_blocks <= topk, "init_blocks + local_blocks = ",
+            std::int64_t(init_blocks) + local_blocks, " exceeds topk = ", topk);
   MSA_CHECK(std::isfinite(softmax_scale) && softmax_scale > 0.0f, "softmax_scale = ", softmax_scale,
             " must be finite and positive");
 }

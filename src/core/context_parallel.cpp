@@ -15,15 +15,28 @@ bool candidate_before(const Candidate& a, const Candidate& b) {
   return select::ranks_before(a.score, a.block, b.score, b.block);
 }
 
+// The selection numbers every per-row rule takes.
+void check_row(const char* fn, std::int32_t topk, std::int32_t init_blocks, std::int32_t local_blocks) {
+  MSA_CHECK(topk >= 1 && topk <= kMaxTopk, fn, ": topk = ", topk, " is outside [1, ", kMaxTopk, "]");
+  MSA_CHECK(init_blocks >= 0 && local_blocks >= 0, fn, ": init_blocks = ", init_blocks,
+            ", local_blocks = ", local_blocks, " must not be negative");
+  MSA_CHECK(std::int64_t(init_blocks) + local_blocks <= topk, fn, ": init_blocks + local_blocks = ",
+            std::int64_t(init_blocks) + local_blocks, " exceeds topk = ", topk);
+}
+
+void check_sharding(const char* fn, const Sharding& sharding, std::int32_t rank) {
+  MSA_CHECK(sharding.num_ranks >= 1, fn, ": sharding.num_ranks = ", sharding.num_ranks, " must be >= 1");
+  MSA_CHECK(rank >= 0 && rank < sharding.num_ranks, fn, ": rank = ", rank, " is not in [0, ",
+            sharding.num_ranks, ")");
+}
 
 }  // namespace
 
 void local_candidates(const float* scores, std::int32_t last, const Sharding& sharding,
                       std::int32_t rank, std::int32_t topk, std::int32_t init_blocks,
                       std::int32_t local_blocks, Candidate* out) {
-  MSA_CHECK(sharding.num_ranks >= 1, "sharding.num_ranks = ", sharding.num_ranks, " must be >= 1");
-  MSA_CHECK(rank >= 0 && rank < sharding.num_ranks, "rank = ", rank, " is not in [0, ",
-            sharding.num_ranks, ")");
+  check_sharding("local_candidates", sharding, rank);
+  check_row("local_candidates", topk, init_blocks, local_blocks);
   std::vector<Candidate> mine;
   for (std::int32_t b = 0; b <= last; ++b) {
     if (sharding.owner(b) != rank || select::is_forced(b, last, init_blocks, local_blocks)) continue;
@@ -38,6 +51,8 @@ void local_candidates(const float* scores, std::int32_t last, const Sharding& sh
 void merge_candidates(const Candidate* candidates, std::int32_t num_ranks, std::int32_t last,
                       std::int32_t topk, std::int32_t init_blocks, std::int32_t local_blocks,
                       std::int32_t* out) {
+  check_row("merge_candidates", topk, init_blocks, local_blocks);
+  MSA_CHECK(num_ranks >= 1, "merge_candidates: num_ranks = ", num_ranks, " must be >= 1");
   std::fill(out, out + topk, -1);
   if (last < 0) return;
   const std::int32_t valid = select::num_valid(last, topk);
@@ -58,6 +73,8 @@ void merge_candidates(const Candidate* candidates, std::int32_t num_ranks, std::
 
 void owned_entries(const std::int32_t* row, std::int32_t topk, const Sharding& sharding,
                    std::int32_t rank, std::int32_t* out) {
+  check_sharding("owned_entries", sharding, rank);
+  MSA_CHECK(topk >= 1 && topk <= kMaxTopk, "owned_entries: topk = ", topk, " is outside [1, ", kMaxTopk, "]");
   std::int32_t n = 0;
   for (std::int32_t k = 0; k < topk; ++k)
     if (row[k] >= 0 && sharding.owner(row[k]) == rank) out[n++] = row[k];

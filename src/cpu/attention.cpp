@@ -115,7 +115,7 @@ void attend_item(const StepView& step, const AttentionArgs& args, int group, std
   const std::int32_t* row = args.topk.row(t, h);  // [topk]
   for (int k = 0; k < args.topk.topk; ++k) {
     const std::int64_t b = row[k];
-    if (b < 0 || b >= args.block_table.max_blocks || p < 0) continue;
+    if (b < 0 || b >= args.block_table.max_blocks || p < 0 || args.cache.num_pages == 0) continue;
     if (b * kBlockSize > p || b * kBlockSize >= seq_len) continue;
     const std::int64_t page = args.block_table.at(r, b);
     if (page >= 0 && page < args.cache.num_pages) ids[num_ids++] = row[k];
@@ -160,9 +160,9 @@ void attend_item(const StepView& step, const AttentionArgs& args, int group, std
 }  // namespace
 
 void attend(const StepView& step, const AttentionArgs& args, const Options& opt) {
+  check::attention_shape(step, args);
+  check::step_data(step);
   if (opt.check) {
-    check::attention_shape(step, args);
-    check::step_data(step);
     check::block_table_data(step, args.block_table, args.cache.num_pages, "block_table");
     check::topk_data(step, args.topk, args.cache.num_kv_heads, 0, step.num_tokens);
   }

@@ -31,6 +31,7 @@ namespace {
 using indexer::KeyBlock;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 // Scores scratch of index(), in floats: tokens are scored in chunks that fit.
 constexpr std::int64_t kScoreBudget = std::int64_t(1) << 22;
 
@@ -61,6 +62,14 @@ std::vector<Segment> find_segments(const StepView& step, std::int32_t begin, std
     segments.push_back(Segment{r, t, t + 1, p});
   }
   return segments;
+}
+
+// Physical page of request r's block b, or -1 when the table has no such
+// column or the page is outside the cache (possible only with checks off).
+std::int64_t page_of(const IndexerArgs& args, std::int32_t r, std::int32_t b) {
+  if (b >= args.block_table.max_blocks || args.cache.num_pages == 0) return -1;
+  const std::int64_t page = args.block_table.at(r, b);
+  return page < args.cache.num_pages ? page : -1;
 }
 
 // Index queries of tokens [begin, end) as fp32.
@@ -121,14 +130,19 @@ void score_tokens(const StepView& step, const IndexerArgs& args, std::int32_t be
     for (std::int64_t i = lo; i < hi; ++i) {
       const Segment& s = segments[items[i].segment];
       const std::int32_t b = items[i].block;
-      indexer::load_key_block(args.cache, args.block_table.at(s.request, b), *keys);
       // Tokens [first, partial) have this block as their own (keys j <= p
       // only); tokens [partial, s.end) see all of it.
       const std::int32_t block_pos = b * kBlockSize;
       const std::int32_t first = s.begin + std::max(0, block_pos - s.first_pos);
+      auto rows_of = [&](std::int32_t t) { return std::int64_t(t - begin) * heads; };
+      const std::int64_t page = page_of(args, s.request, b);
+      if (page < 0) {  // outside the table or the cache (unchecked input): no keys
+        for (std::int64_t row = rows_of(first); row < rows_of(s.end); ++row) scores[row * stride + b] = kNaN;
+        continue;
+      }
+      indexer::load_key_block(args.cache, page, *keys);
       const std::int32_t partial =
           std::min(s.end, s.begin + std::max(0, block_pos + kBlockSize - s.first_pos));
-      auto rows_of = [&](std::int32_t t) { return std::int64_t(t - begin) * heads; };
       if (partial > first) {
         visible.resize(std::size_t(partial - first) * heads);
         for (std::int32_t t = first; t < partial; ++t) {
@@ -146,21 +160,34 @@ void score_tokens(const StepView& step, const IndexerArgs& args, std::int32_t be
   });
 }
 
-void check_all(const StepView& step, const IndexerArgs& args, bool with_output) {
+// The views and the step always; the block-table entries when `data` (with
+// them unchecked, a page outside the cache is skipped, never read).
+void check_all(const StepView& step, const IndexerArgs& args, bool with_output, bool data) {
   if (with_output) check::indexer_shape(step, args);
   else check::indexer_inputs_shape(step, args);
   check::step_data(step);
-  check::block_table_data(step, args.block_table, args.cache.num_pages, "block_table");
+  if (data) check::block_table_data(step, args.block_table, args.cache.num_pages, "block_table");
 }
 
 }  // namespace
 
 void block_scores(const StepView& step, const IndexerArgs& args, float* scores, std::int32_t max_blocks,
                   const Options& opt) {
-  if (opt.check) check_all(step, args, false);
+  check_all(step, args, false, opt.check);
   if (step.num_tokens <= 0) return;
   MSA_CHECK(scores != nullptr, "block_scores: scores is null but the step has ", step.num_tokens,
             " tokens");
+  MSA_CHECK(max_blocks >= 0, "block_scores: max_blocks = ", max_blocks, " is negative");
+  const check::Span written = check::dense_view(
+      scores, DType::f32,
+      check::size_of("block_scores: scores", std::int64_t(step.num_tokens) * args.num_kv_heads, max_blocks),
+      "block_scores: scores");
+  check::no_overlap(written, check::dense_view(args.index_q, args.iq_dtype,
+                                               std::int64_t(step.num_tokens) * args.num_kv_heads * kHeadDim,
+                                               "indexer: index_q"));
+  check::no_overlap(written, check::index_cache_span(args.cache));
+  check::no_overlap(written, check::block_table_view(args.block_table, step.num_requests,
+                                                     args.cache.num_pages, "indexer: block_table"));
   for (std::int32_t t = 0; t < step.num_tokens; ++t) {
     const std::int32_t p = step.position(t);
     MSA_CHECK(p < 0 || p / kBlockSize < max_blocks, "block_scores: max_blocks = ", max_blocks,
@@ -171,7 +198,7 @@ void block_scores(const StepView& step, const IndexerArgs& args, float* scores, 
 }
 
 void index(const StepView& step, const IndexerArgs& args, const Options& opt) {
-  if (opt.check) check_all(step, args, true);
+  check_all(step, args, true, opt.check);
   const int threads = resolve_threads(opt.num_threads);
   const std::int64_t heads = args.num_kv_heads;
   std::vector<float> scores;

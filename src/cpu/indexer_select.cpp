@@ -23,8 +23,8 @@ void select_row(const float* scores, std::int32_t last, std::int32_t topk, std::
             kMaxTopk, "]");
   MSA_CHECK(init_blocks >= 0 && local_blocks >= 0, "select_row: init_blocks = ", init_blocks,
             ", local_blocks = ", local_blocks, " must not be negative");
-  MSA_CHECK(init_blocks + local_blocks <= topk, "select_row: init_blocks + local_blocks = ",
-            init_blocks + local_blocks, " exceeds topk = ", topk);
+  MSA_CHECK(std::int64_t(init_blocks) + local_blocks <= topk, "select_row: init_blocks + local_blocks = ",
+            std::int64_t(init_blocks) + local_blocks, " exceeds topk = ", topk);
   const std::int32_t n = last < 0 ? 0 : last + 1;  // eligible blocks
   if (n <= topk) {
     for (std::int32_t b = 0; b < n; ++b) out[b] = b;

@@ -116,10 +116,8 @@ void store_kv_row(const KVCacheView& c, const float* x, bool is_v, std::int64_t 
 }  // namespace
 
 void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, const Options& opt) {
-  if (opt.check) {
-    check::insert_kv_shape(cache, args);
-    check::slots_data(args.slots, args.num_tokens, cache.num_pages, "slots");
-  }
+  check::insert_kv_shape(cache, args);
+  if (opt.check) check::slots_data(args.slots, args.num_tokens, cache.num_pages, "slots");
   const std::int64_t num_slots = cache.num_pages * kBlockSize;
   const std::int64_t H = cache.num_kv_heads;
   const auto* k_src = static_cast<const std::uint16_t*>(args.k);
@@ -142,10 +140,8 @@ void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, const Options
 }
 
 void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, const Options& opt) {
-  if (opt.check) {
-    check::insert_index_shape(cache, args);
-    check::slots_data(args.slots, args.num_tokens, cache.num_pages, "index slots");
-  }
+  check::insert_index_shape(cache, args);
+  if (opt.check) check::slots_data(args.slots, args.num_tokens, cache.num_pages, "index slots");
   const std::int64_t num_slots = cache.num_pages * kBlockSize;
   const auto* src = static_cast<const std::uint16_t*>(args.index_k);
   parallel_for(args.num_tokens, opt.num_threads, kGrain * 4, [&](std::int64_t begin, std::int64_t end) {

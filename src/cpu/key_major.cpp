@@ -103,8 +103,12 @@ void row_partials(const StepView& step, const AttentionArgs& args, const K2QPlan
       std::upper_bound(plan.row_start.begin(), plan.row_start.end(), local) - plan.row_start.begin() - 1);
   const std::int64_t b = local - plan.row_start[r];
   const std::int64_t first = b * kBlockSize;
-  const auto rows = std::int32_t(std::min<std::int64_t>(kBlockSize, step.seq_lens[r] - first));
-  attn::load_block(args.cache, args.block_table.at(r, b), h, rows, blk);
+  // A page outside the table or the cache (possible only with checks off)
+  // holds no keys for the row's edges: their partials are empty.
+  const std::int64_t page = b < args.block_table.max_blocks && args.cache.num_pages > 0 ? args.block_table.at(r, b) : -1;
+  const bool usable = page >= 0 && page < args.cache.num_pages;
+  const auto rows = usable ? std::int32_t(std::min<std::int64_t>(kBlockSize, step.seq_lens[r] - first)) : 0;
+  if (usable) attn::load_block(args.cache, page, h, rows, blk);
 
   alignas(64) float q[kHeadDim], s[kBlockSize], acc[kHeadDim];
   for (std::int64_t e = plan.offsets[row]; e < plan.offsets[row + 1]; ++e) {
@@ -179,14 +183,12 @@ void attend_key_major(const StepView& step, const AttentionArgs& args, const K2Q
                       float* partial_out, float* partial_lse, const Options& opt,
                       std::int32_t token_begin, std::int32_t token_end) {
   if (token_end < 0) token_end = step.num_tokens;
-  if (opt.check) {
-    check::attention_shape(step, args);
-    check::step_data(step);
-    check::block_table_data(step, args.block_table, args.cache.num_pages, "block_table");
-    check_plan(step, args, plan, token_begin, token_end);
-    MSA_CHECK(plan.tokens.empty() || (partial_out && partial_lse),
-              "partial_out / partial_lse is null but the plan has ", plan.tokens.size(), " edges");
-  }
+  check::attention_shape(step, args);
+  check::step_data(step);
+  if (opt.check) check::block_table_data(step, args.block_table, args.cache.num_pages, "block_table");
+  check_plan(step, args, plan, token_begin, token_end);
+  MSA_CHECK(plan.tokens.empty() || (partial_out && partial_lse),
+            "partial_out / partial_lse is null but the plan has ", plan.tokens.size(), " edges");
   const int threads = resolve_threads(opt.num_threads);
   const std::int64_t rows = plan.num_rows * plan.num_kv_heads;
   parallel_for(rows, threads, 4, [&](std::int64_t begin, std::int64_t end) {

@@ -70,10 +70,8 @@ void store_head(const float* x, DType dtype, float scale, void* dst) {
 
 void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache,
                    const PreAttentionArgs& a, const Options& opt) {
-  if (opt.check) {
-    check::pre_attention_shape(cache, index_cache, a);
-    check::pre_attention_data(cache, index_cache, a);
-  }
+  check::pre_attention_shape(cache, index_cache, a);
+  if (opt.check) check::pre_attention_data(cache, index_cache, a);
   const std::int64_t N = a.num_tokens;
   if (N <= 0) return;
   const std::int64_t nq = a.num_q_heads, nkv = a.num_kv_heads, niq = a.num_index_heads;

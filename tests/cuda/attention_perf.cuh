@@ -1,5 +1,6 @@
 // Throughput measurement of the GPU attention tests: a synthetic bf16 step built
-// on the device, timed with CUDA events. Prints numbers for the log.
+// on the device, timed with CUDA events, its output then checked on sampled
+// rows against the float64 oracle. Prints numbers for the log.
 #pragma once
 
 #include "attention_test_support.hpp"
@@ -17,6 +18,62 @@ __global__ void fill_random_bf16(std::uint16_t* data, std::int64_t n, std::uint6
     x ^= x >> 32;
     const float u = float(x & 0xFFFFFF) * (1.0f / 16777216.0f) * 3.4f - 1.7f;
     data[i] = msa::num::float_to_bf16(u);
+  }
+}
+
+// The float64 oracle on up to 8 tokens spread over the step: the K / V of the
+// blocks each selected (copied back from the HND bf16 cache at `cache`), dense
+// masked attention over the keys j <= p, against the step's `out` and `lse`.
+// Each token's output row (all query heads) within the contract's bounds.
+//   ids: [num_tokens, kv_heads, topk], table: [num_requests, max_blocks]
+void expect_sampled_rows_match(const BatchMetadata& meta, const std::vector<std::int32_t>& table,
+                               std::int32_t max_blocks, const std::vector<std::int32_t>& ids, const std::uint16_t* cache,
+                               const std::uint16_t* q, const std::uint16_t* out, const float* lse, int q_heads,
+                               int kv_heads, int topk, float softmax_scale) {
+  const int G = q_heads / kv_heads;
+  const std::int64_t head_elements = 128 * 256;  // one head of an HND page: [128 tokens][K | V]
+  const std::int64_t page_elements = head_elements * kv_heads;
+  for (int i = 0; i < 8 && i < meta.num_tokens; ++i) {
+    const std::int32_t t = std::int32_t(std::int64_t(meta.num_tokens - 1) * i / 7);
+    const std::int32_t r = meta.token_request[t], p = meta.token_position[t];
+    const std::int64_t row = std::int64_t(q_heads) * 128;  // one token's output
+    std::vector<std::uint16_t> q16(row), out16(row);
+    std::vector<float> lse32(q_heads);
+    MSA_CUDA_CHECK(cudaMemcpy(q16.data(), q + t * row, row * 2, cudaMemcpyDeviceToHost));
+    MSA_CUDA_CHECK(cudaMemcpy(out16.data(), out + t * row, row * 2, cudaMemcpyDeviceToHost));
+    MSA_CUDA_CHECK(cudaMemcpy(lse32.data(), lse + std::int64_t(t) * q_heads, q_heads * 4, cudaMemcpyDeviceToHost));
+    std::vector<double> want(row), want_lse(q_heads), got(row), got_lse(lse32.begin(), lse32.end());
+    for (std::int64_t j = 0; j < row; ++j) got[j] = msa::num::bf16_to_float(out16[j]);
+    for (int h = 0; h < kv_heads; ++h) {
+      std::vector<std::int32_t> blocks;
+      for (int k = 0; k < topk; ++k) {
+        const std::int32_t id = ids[(std::size_t(t) * kv_heads + h) * topk + k];
+        if (id >= 0 && id <= p / 128) blocks.push_back(id);
+      }
+      std::vector<double> kd, vd;
+      std::vector<std::uint16_t> page(head_elements);
+      for (const std::int32_t b : blocks) {
+        const std::int64_t phys = table[std::size_t(r) * max_blocks + b];
+        MSA_CUDA_CHECK(cudaMemcpy(page.data(), cache + phys * page_elements + h * head_elements, head_elements * 2,
+                                  cudaMemcpyDeviceToHost));
+        for (std::int32_t j = 0; j < 128 && b * 128 + j <= p; ++j) {
+          for (int d = 0; d < 128; ++d) {
+            kd.push_back(msa::num::bf16_to_float(page[j * 256 + d]));
+            vd.push_back(msa::num::bf16_to_float(page[j * 256 + 128 + d]));
+          }
+        }
+      }
+      const std::int64_t nk = std::int64_t(kd.size() / 128);
+      std::vector<double> qd(std::size_t(G) * 128);
+      for (std::int64_t j = 0; j < G * 128; ++j) qd[j] = msa::num::bf16_to_float(q16[h * G * 128 + j]);
+      const std::vector<std::uint8_t> mask(std::size_t(G * nk), 1);
+      msa::ref::masked_attention(qd.data(), kd.data(), vd.data(), mask.data(), G, nk, softmax_scale,
+                                 want.data() + h * G * 128, want_lse.data() + h * G);
+    }
+    const msa::ref::Comparison o = msa::ref::compare_rows(got, want, row, "perf out");
+    const msa::ref::Comparison l = msa::ref::compare_lse(got_lse, want_lse, "perf lse");
+    EXPECT_TRUE(o.rel_ok(kOutTol)) << "token " << t << ": " << o.describe();
+    EXPECT_TRUE(l.abs_ok(kLseTol)) << "token " << t << ": " << l.describe();
   }
 }
 
@@ -125,6 +182,10 @@ PerfResult time_attend(const std::vector<std::int32_t>& query_lens, const std::v
   MSA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   MSA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   res.us = timed([&] { MSA_CUDA_CHECK(cudaGraphLaunch(exec, stream)); });
+  MSA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // The timed calls computed something: the last one's rows against the oracle.
+  expect_sampled_rows_match(meta, table, max_blocks, ids, cache.data() + std::size_t(extent) * ((iters - 1) % layers),
+                            q.data(), out.data(), lse.data(), q_heads, kv_heads, topk, a.softmax_scale);
   const msa::cuda::AttentionSchedule& sched = p.plan.schedule;
   const bool tiles = sched.tiles > 0;
   std::printf("[attention-perf] tokens %d (decode %d) heads %d/%d topk %d splits %d/%d%s%s %s layers %d: graph "

@@ -213,6 +213,7 @@ std::vector<std::int32_t> case_topk(const Case& c, const BatchMetadata& meta) {
 struct Result {
   std::vector<double> out;  // [num_tokens, num_q_heads, 128]
   std::vector<double> lse;  // [num_tokens, num_q_heads]
+  std::int64_t row_len = 0;  // num_q_heads * 128: one token's output row
 };
 
 // The float64 oracle over the contract's key set: j / 128 among the row's
@@ -223,6 +224,7 @@ Result oracle(Workload& w, const BatchMetadata& meta, const std::vector<std::int
   const AttentionArgs args = w.attention_args();
   const std::vector<double> q = msa::ref::read_query(args, meta.num_tokens);
   Result r;
+  r.row_len = std::int64_t(QH) * 128;
   r.out.assign(std::size_t(meta.num_tokens) * QH * 128, 0.0);
   r.lse.assign(std::size_t(meta.num_tokens) * QH, -std::numeric_limits<double>::infinity());
   for (std::int32_t req = 0; req < meta.num_requests; ++req) {
@@ -261,8 +263,10 @@ Result oracle(Workload& w, const BatchMetadata& meta, const std::vector<std::int
   return r;
 }
 
-Result read_result(const std::vector<std::uint8_t>& out, DType out_dtype, const std::vector<float>& lse) {
+Result read_result(const std::vector<std::uint8_t>& out, DType out_dtype, const std::vector<float>& lse,
+                   int num_q_heads) {
   Result r;
+  r.row_len = std::int64_t(num_q_heads) * 128;
   r.out = msa::ref::read_array(out.data(), out_dtype, std::int64_t(out.size() / 2));
   r.lse.assign(lse.begin(), lse.end());
   return r;
@@ -292,7 +296,7 @@ std::optional<Result> cpu_engine(Workload& w, const BatchMetadata& meta,
     if (std::string(e.what()).find("not implemented") != std::string::npos) return std::nullopt;
     throw;
   }
-  return read_result(w.out, w.out_dtype(), w.lse);
+  return read_result(w.out, w.out_dtype(), w.lse, w.model().num_q_heads);
 }
 
 
@@ -330,7 +334,7 @@ struct DeviceInputs {
     args.block_table = w.table_at(table.data());
   }
 
-  Result result() const { return read_result(out.download(), args.out_dtype, lse.download()); }
+  Result result() const { return read_result(out.download(), args.out_dtype, lse.download(), args.num_q_heads); }
 };
 
 // Workspace and plan of the problem `args` states; forced split factors when
@@ -366,9 +370,10 @@ Planned make_tiles_plan(const BatchMetadata& meta, const AttentionArgs& args,
   return make_plan(meta, args, tuning, att::Splits{heuristic.decode, 1});
 }
 
-// Checks got against want and prints one line for the device log.
+// Checks got against want, each token's output row within tol, and prints one
+// line for the device log.
 void expect_close(const Result& got, const Result& want, const std::string& what, double tol = kOutTol) {
-  const msa::ref::Comparison o = msa::ref::compare(got.out, want.out, what + " out");
+  const msa::ref::Comparison o = msa::ref::compare_rows(got.out, want.out, want.row_len, what + " out");
   const msa::ref::Comparison l = msa::ref::compare_lse(got.lse, want.lse, what + " lse");
   std::printf("[attention] %-44s rel_frob %.3e  max_abs %.3e  lse_max_abs %.3e\n", what.c_str(),
               o.rel_frobenius, o.max_abs, l.max_abs);

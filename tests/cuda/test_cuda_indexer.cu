@@ -261,15 +261,9 @@ double score_tol(const Shape& sh) { return sh.iq == DType::fp8_e4m3 ? 4e-3 : kSc
 // The gap above which GPU and CPU must pick the same blocks: well above the GPU's error.
 double separation(const Shape& sh) { return sh.iq == DType::fp8_e4m3 ? 2.0 * score_tol(sh) : 0.1 * kScoreTol; }
 
-// Runs one shape through cuda::index and checks scores and selection.
-void check_shape(const Shape& sh) {
-  SCOPED_TRACE(sh.name());
-  const Problem pb = make_problem(sh);
-  DeviceProblem dev(pb);
-  msa::test::CheckBuffer check;
-  dev.run(pb, check.get());
-  msa::test::device_sync();
-  EXPECT_EQ(check.message(), "");
+// The device's scores and selection (from its last run) against the CPU
+// engine's; `separated`: most rows must have a well-separated boundary.
+void expect_matches_cpu(const Shape& sh, const Problem& pb, const DeviceProblem& dev, bool separated = true) {
   const std::vector<float> gpu = dev.scores(pb);
   const std::vector<std::int32_t> topk = dev.topk_token_major(pb);
 
@@ -340,9 +334,21 @@ void check_shape(const Shape& sh) {
   EXPECT_EQ(differ, 0);
   // (fp8 scores need a wider gap, which fewer rows have; tied blocks have none.)
   const std::int64_t tenths = sh.iq == DType::fp8_e4m3 ? 3 : 8;
-  if (!sh.ties) {
+  if (separated && !sh.ties) {
     EXPECT_GE(compared, std::int64_t(pb.meta.num_tokens) * H * tenths / 10) << "too few well-separated rows";
   }
+}
+
+// Runs one shape through cuda::index and checks scores and selection.
+void check_shape(const Shape& sh) {
+  SCOPED_TRACE(sh.name());
+  const Problem pb = make_problem(sh);
+  DeviceProblem dev(pb);
+  msa::test::CheckBuffer check;
+  dev.run(pb, check.get());
+  msa::test::device_sync();
+  EXPECT_EQ(check.message(), "");
+  expect_matches_cpu(sh, pb, dev);
 }
 
 TEST(CudaIndexer, PrefillChunks) {
@@ -834,7 +840,8 @@ double time_index(const Problem& pb, DeviceProblem& dev, int reps) {
   return ms / reps;
 }
 
-// Large shapes, GPU only: times index() and reports throughput.
+// Large shapes, GPU only: times index() and reports throughput, then checks the
+// timed calls' scores and selection against the CPU engine.
 TEST(CudaIndexer, TimingLargeShapes) {
   MSA_SKIP_WITHOUT_GPU();
   if (msa::test::sanitizer_mode()) GTEST_SKIP() << "timing is skipped under the sanitizer";
@@ -848,6 +855,7 @@ TEST(CudaIndexer, TimingLargeShapes) {
     const Problem pb = make_problem(sh);
     DeviceProblem dev(pb);
     const double ms = time_index(pb, dev, 5);
+    expect_matches_cpu(sh, pb, dev, false);
     double macs = 0;
     for (std::int32_t t = 0; t < pb.meta.num_tokens; ++t)
       macs += double(pb.meta.token_position[t] + 1) * kHeadDim * sh.heads;
@@ -864,6 +872,7 @@ TEST(CudaIndexer, TimingLargeShapes) {
     const Problem pb = make_problem(sh);
     DeviceProblem dev(pb);
     const double ms = time_index(pb, dev, 5);
+    expect_matches_cpu(sh, pb, dev, false);
     const double bytes = 128.0 * 131072 * kHeadDim * 2;
     report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, bf16: ", ms,
                                       " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
@@ -871,7 +880,8 @@ TEST(CudaIndexer, TimingLargeShapes) {
 }
 
 // Large shapes on the lower-precision caches, GPU only: fp8 keys with fp8
-// queries (prefill and decode), nvfp4 keys (decode), the shapes of TimingLargeShapes.
+// queries (prefill and decode), nvfp4 keys (decode), the shapes of
+// TimingLargeShapes, each timed and then checked against the CPU engine.
 TEST(CudaIndexer, TimingLowPrecisionShapes) {
   MSA_SKIP_WITHOUT_GPU();
   if (msa::test::sanitizer_mode()) GTEST_SKIP() << "timing is skipped under the sanitizer";
@@ -890,6 +900,7 @@ TEST(CudaIndexer, TimingLowPrecisionShapes) {
       const Problem pb = make_problem(sh);
       DeviceProblem dev(pb);
       const double ms = time_index(pb, dev, 5);
+      expect_matches_cpu(sh, pb, dev, false);
       double macs = 0;
       for (std::int32_t t = 0; t < pb.meta.num_tokens; ++t)
         macs += double(pb.meta.token_position[t] + 1) * kHeadDim * sh.heads;
@@ -908,6 +919,7 @@ TEST(CudaIndexer, TimingLowPrecisionShapes) {
       const Problem pb = make_problem(sh);
       DeviceProblem dev(pb);
       const double ms = time_index(pb, dev, 5);
+      expect_matches_cpu(sh, pb, dev, false);
       const double bytes = 128.0 * 1024 * double(msa::index_page_bytes(keys));  // 1024 blocks a request
       report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, ", what, ": ", ms,
                                         " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));

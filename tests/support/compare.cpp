@@ -22,6 +22,7 @@ std::string Comparison::describe() const {
   os.precision(6);
   os << what << ": " << count << " elements, rel_frobenius " << std::scientific << rel_frobenius
      << ", max_abs " << max_abs << std::defaultfloat;
+  if (worst_row >= 0) os << " (worst row " << worst_row << ")";
   if (worst >= 0) os << " at [" << worst << "] got " << worst_got << " want " << worst_want;
   if (mismatches > 0) {
     os << "; " << mismatches << " non-finite mismatches, first at [" << first_mismatch << "] got "
@@ -67,6 +68,28 @@ Comparison compare(const std::vector<double>& got, const std::vector<double>& wa
   MSA_CHECK(got.size() == want.size(), what, ": got has ", got.size(), " elements but want has ",
             want.size());
   return compare(got.data(), want.data(), std::int64_t(got.size()), what);
+}
+
+Comparison compare_rows(const double* got, const double* want, std::int64_t n, std::int64_t row_len,
+                        const std::string& what) {
+  MSA_CHECK(row_len > 0 && n % row_len == 0, what, ": ", n, " elements are not whole rows of ", row_len);
+  Comparison c = compare(got, want, n, what);
+  c.rel_frobenius = 0.0;
+  for (std::int64_t r = 0; r * row_len < n; ++r) {
+    const double e = compare(got + r * row_len, want + r * row_len, row_len, what).rel_frobenius;
+    if (c.worst_row < 0 || e > c.rel_frobenius) {
+      c.rel_frobenius = e;
+      c.worst_row = r;
+    }
+  }
+  return c;
+}
+
+Comparison compare_rows(const std::vector<double>& got, const std::vector<double>& want,
+                        std::int64_t row_len, const std::string& what) {
+  MSA_CHECK(got.size() == want.size(), what, ": got has ", got.size(), " elements but want has ",
+            want.size());
+  return compare_rows(got.data(), want.data(), std::int64_t(got.size()), row_len, what);
 }
 
 Comparison compare_lse(const double* got, const double* want, std::int64_t n,

@@ -11,7 +11,10 @@ namespace msa::ref {
 
 struct Comparison {
   std::int64_t count = 0;          // elements compared
-  double rel_frobenius = 0.0;      // ||got - want|| / ||want|| over finite pairs (||got - want|| when want is 0)
+  // ||got - want|| / ||want|| over finite pairs (||got - want|| when want is 0);
+  // compare_rows: the largest of the rows' values, the row in worst_row.
+  double rel_frobenius = 0.0;
+  std::int64_t worst_row = -1;     // compare_rows only
   double max_abs = 0.0;            // largest |got - want| over finite pairs
   std::int64_t worst = -1;         // index of max_abs (-1: none)
   double worst_got = 0.0, worst_want = 0.0;
@@ -36,6 +39,16 @@ Comparison compare(const double* got, const double* want, std::int64_t n,
                    const std::string& what = "out");
 Comparison compare(const std::vector<double>& got, const std::vector<double>& want,
                    const std::string& what = "out");
+
+// Outputs as the contract bounds them: row by row, a row being `row_len`
+// elements (one token's [num_q_heads, 128] output). rel_frobenius is the worst
+// row's relative Frobenius error; the other fields are those of compare() over
+// all elements.
+//   got, want: [n / row_len, row_len]
+Comparison compare_rows(const double* got, const double* want, std::int64_t n, std::int64_t row_len,
+                        const std::string& what = "out");
+Comparison compare_rows(const std::vector<double>& got, const std::vector<double>& want,
+                        std::int64_t row_len, const std::string& what = "out");
 
 // Log-sum-exp values: as compare(), and -inf (an empty row) must match -inf
 // exactly. Judge with abs_ok(tol).

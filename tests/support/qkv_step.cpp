@@ -89,6 +89,17 @@ QkvStep make_qkv_step(Workload& w, double rope_theta) {
   return s;
 }
 
+double qkv_step_bytes(const WorkloadSpec& spec) {
+  const double heads = spec.model.num_q_heads + 3.0 * spec.model.num_kv_heads + 1;
+  double tokens = 0, max_position = 1;
+  for (const RequestShape& r : spec.requests) {
+    tokens += r.query_len;
+    if (r.query_len > 0) max_position = std::max(max_position, double(r.query_len) + r.context_len);
+  }
+  return tokens * (heads * kHeadDim * 2 + sizeof(std::int64_t)) + 4.0 * kHeadDim * sizeof(float) +
+         max_position * kRopeDims * sizeof(float);
+}
+
 PreAttentionArgs QkvStep::args(Workload& w) const {
   const ModelConfig& m = w.model();
   PreAttentionArgs a;

@@ -38,4 +38,7 @@ struct QkvStep {
 // the scale leaves room above the workload's (1.5x).
 QkvStep make_qkv_step(Workload& w, double rope_theta = kM3RopeTheta);
 
+// Bytes a QkvStep of a workload of this spec holds, from the spec alone.
+double qkv_step_bytes(const WorkloadSpec& spec);
+
 }  // namespace msa

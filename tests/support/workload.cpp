@@ -196,6 +196,50 @@ void check_spec(const WorkloadSpec& s) {
 
 }  // namespace
 
+WorkloadBytes workload_bytes(const WorkloadSpec& spec) {
+  check_spec(spec);
+  const ModelConfig& m = spec.model;
+  const double H = m.num_kv_heads, QH = m.num_q_heads, D = kHeadDim, N = kBlockSize;
+  double tokens = 0, used = 0, max_blocks = 0, walk = 0;
+  for (const RequestShape& r : spec.requests) {
+    const double blocks = blocks_of(std::int64_t(r.query_len) + r.context_len);
+    tokens += r.query_len;
+    used += blocks;
+    max_blocks = std::max(max_blocks, blocks);
+    walk = std::max(walk, blocks * D * sizeof(float));
+  }
+  const double requests = double(spec.requests.size());
+  const double pages = used + (spec.spare_pages >= 0 ? double(spec.spare_pages) : std::floor(used / 8) + 1);
+  const DType kv = spec.kv_dtype;
+  const double src = 2;  // new K / V / index keys and index queries: bf16 or fp16
+  WorkloadBytes b;
+  // As allocate_caches: (pages - 1) strides and one page.
+  const double page = kv == DType::nvfp4 ? 2 * H * nvfp4::kSlotBytes : H * N * 2 * D * double(dtype_bytes(kv));
+  const double stride = spec.page_stride == 0 ? page
+                        : kv == DType::nvfp4 ? double(spec.page_stride)
+                                             : double(spec.page_stride) * double(dtype_bytes(kv));
+  b.kv_cache = pages > 0 ? (pages - 1) * stride + page : 0;
+  if (is_fp8(kv) && spec.fp8_scales == ScaleMode::per_token_head) b.kv_cache += 2 * pages * N * H * sizeof(float);
+  b.index_cache = pages * double(index_page_bytes(spec.index_dtype));
+  if (spec.bf16_index_twin) b.index_cache += pages * double(index_page_bytes(DType::bf16));
+  // Block tables and metadata (as build_tables; build_metadata's per-request
+  // arrays at most 7 per request).
+  b.step = 2 * requests * (max_blocks + 3) * sizeof(std::int32_t) + (7 * requests + 3) * sizeof(std::int32_t) +
+           2 * tokens * sizeof(std::int32_t);
+  // The step's inputs and outputs (as make_step_inputs).
+  const double q_bytes = double(dtype_bytes(spec.q_dtype));
+  const double out_bytes = 2;  // bf16 or fp16
+  b.step += tokens * (3 * H * D * src + D * src + 2 * sizeof(std::int64_t) + QH * D * q_bytes +
+                      H * m.topk * sizeof(std::int32_t) + QH * D * out_bytes + QH * sizeof(float));
+  if (spec.fp8_index_query) b.step += tokens * H * D;                              // index_q_e4m3
+  if (spec.bf16_index_twin) b.step += tokens * H * m.topk * sizeof(std::int32_t);  // twin_topk
+  // Setup: the page permutations, the context chunks of insert_context, the
+  // query floats of make_step_inputs and a request's block walk.
+  const double chunk = 4096 * (2 * H * D * src + D * src + 2 * sizeof(std::int64_t));
+  b.scratch = std::max({2 * pages * sizeof(std::int32_t), chunk, tokens * QH * D * sizeof(float)}) + walk;
+  return b;
+}
+
 Workload::Workload(WorkloadSpec spec, const WorkloadProgress& progress) : spec_(std::move(spec)) {
   check_spec(spec_);
   BatchSpec batch;

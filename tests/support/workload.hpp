@@ -65,6 +65,18 @@ struct WorkloadSpec {
   int num_threads = 0;  // 0: one per hardware thread
 };
 
+// Host memory a Workload of this spec allocates, computed from the spec alone
+// (before allocating anything), in bytes.
+struct WorkloadBytes {
+  double kv_cache = 0;     // main cache, with its per-token scales
+  double index_cache = 0;
+  double step = 0;         // block tables, metadata, the step's inputs and outputs
+  double scratch = 0;      // setup buffers, freed before the step runs
+  double total() const { return kv_cache + index_cache + step + scratch; }
+};
+// Throws msa::Error on a spec the Workload would reject.
+WorkloadBytes workload_bytes(const WorkloadSpec& spec);
+
 // Called during setup with (what, done, total), e.g. ("cached context", 40960, 327680).
 using WorkloadProgress = std::function<void(const char*, std::int64_t, std::int64_t)>;
 

@@ -740,6 +740,20 @@ TEST(CheckCompare, RelFrobenius) {
   EXPECT_EQ(rel_frobenius({-inf}, {-inf}).error, 0.0);
 }
 
+TEST(CheckCompare, RelFrobeniusRows) {
+  // A small row 10% off beside a large exact one: hidden over the whole array.
+  const std::vector<float> want = {100, 0, 0.5f, 0}, got = {100, 0, 0.55f, 0};
+  EXPECT_LT(rel_frobenius(got, want).error, 1e-3);
+  const Diff d = rel_frobenius_rows(got, want, 2);
+  EXPECT_NEAR(d.error, 0.1, 1e-6);
+  EXPECT_EQ(d.worst, 2);
+  EXPECT_EQ(d.count, 1);
+  EXPECT_EQ(rel_frobenius_rows(want, want, 2).error, 0.0);
+  EXPECT_EQ(rel_frobenius_rows(got, want, 3).error, kInf);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(rel_frobenius_rows({1, nan}, {1, 1}, 1).error, kInf);
+}
+
 TEST(CheckCompare, MaxAbsAndScores) {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();

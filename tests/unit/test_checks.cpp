@@ -204,7 +204,7 @@ TEST(CheckBlockTable, Errors) {
                "block_table.row_stride = 9 is below max_blocks = 10");
   t = f.table(), t.data = nullptr;
   EXPECT_ERROR(msa::check::block_table_data(v, t, 4096, "block_table"),
-               "block_table.data is null but request 0 needs 1 blocks");
+               "block_table.data is null but the table has 4 requests x 10 columns over a cache of 4096 pages");
 }
 
 // ---- top-k ------------------------------------------------------------------------

@@ -647,13 +647,15 @@ TEST(InsertChecks, Strides) {
   expect_kv_rejected([](Cache& c, Args&) { c.token_stride = 64; }, "cache.token_stride = 64 must be >= 128");
   expect_kv_rejected([](Cache& c, Args&) { c.head_stride = 100; }, "cache.head_stride = 100 must be >= 128");
   expect_kv_rejected([](Cache& c, Args&) { c.head_stride = 256; },  // HND heads on top of tokens
-                     "cache.head_stride = 256 overlaps the 128 tokens of token_stride 256");
+                     "cache.token_stride = 256 and cache.head_stride = 256 make rows overlap: K[h=0, t=1] at "
+                     "element 256 and K[h=1, t=0] at element 256 of a page");
   expect_kv_rejected(
       [](Cache& c, Args&) {  // NHD with the token stride of one head
         c.head_stride = 256;
         c.token_stride = 384;
       },
-      "cache.token_stride = 384 overlaps the 2 heads of head_stride 256");
+      "cache.v starts 128 elements after cache.k, so K and V rows overlap: K[h=0, t=1] at element 384 and "
+      "V[h=1, t=0] at element 384 of a page");
   expect_kv_rejected([](Cache& c, Args&) { c.page_stride -= 1; },
                      "cache.page_stride = 65535 is smaller than the 65536 elements one page of K and V spans");
   expect_kv_rejected([](Cache& c, Args&) { c.v = c.k; }, "cache.v starts 0 elements after cache.k");

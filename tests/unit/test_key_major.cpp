@@ -122,7 +122,7 @@ void run_case(const Case& c) {
       wl.push_back(want_lse[qh]);
     }
   }
-  const msa::ref::Comparison out_cmp = msa::ref::compare(go, wo, "out");
+  const msa::ref::Comparison out_cmp = msa::ref::compare_rows(go, wo, std::int64_t(QH) * 128, "out");
   const msa::ref::Comparison lse_cmp = msa::ref::compare_lse(gl, wl, "lse");
   EXPECT_TRUE(out_cmp.rel_ok(2e-3)) << out_cmp.describe();
   EXPECT_TRUE(lse_cmp.abs_ok(1e-4)) << lse_cmp.describe();

@@ -150,6 +150,24 @@ TEST(Compare, ErrorsAndWorstElement) {
   EXPECT_THROW(msa::ref::compare({1.0}, {1.0, 2.0}), msa::Error);
 }
 
+TEST(Compare, RowsAreBoundedOneByOne) {
+  // Row 0 is large and exact, row 1 small and 10% off: over the whole output
+  // the error hides (0.1 * 0.1 / 100), row by row it shows.
+  const std::vector<double> want = {100.0, 0.0, 0.1, 0.0};
+  const std::vector<double> got = {100.0, 0.0, 0.11, 0.0};
+  EXPECT_LT(msa::ref::compare(got, want).rel_frobenius, 1e-3);
+  const auto r = msa::ref::compare_rows(got, want, 2);
+  EXPECT_NEAR(r.rel_frobenius, 0.1, 1e-12);
+  EXPECT_EQ(r.worst_row, 1);
+  EXPECT_EQ(r.worst, 2);
+  EXPECT_FALSE(r.rel_ok(1e-2));
+  EXPECT_NE(r.describe().find("(worst row 1)"), std::string::npos) << r.describe();
+  EXPECT_EQ(msa::ref::compare_rows(want, want, 4).rel_frobenius, 0.0);
+  EXPECT_THROW(msa::ref::compare_rows(got, want, 3), msa::Error);
+  // A non-finite mismatch in any row fails the comparison.
+  EXPECT_FALSE(msa::ref::compare_rows({1.0, kNan}, {1.0, 1.0}, 1).rel_ok(1e9));
+}
+
 TEST(Compare, NonFiniteMustSitInTheSamePlaces) {
   const auto ok = msa::ref::compare({kNan, kInf, -kInf, 1.0}, {kNan, kInf, -kInf, 1.0});
   EXPECT_EQ(ok.mismatches, 0);

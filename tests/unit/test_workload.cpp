@@ -261,6 +261,53 @@ TEST(Workload, NeighbouringQueriesSelectMostlyTheSameBlocks) {
   EXPECT_LT(distinct.size(), 96u);  // of 97 blocks: not uniform noise either
 }
 
+// workload_bytes() knows, from the spec alone, what the Workload allocates.
+TEST(Workload, BytesAreKnownBeforeAllocating) {
+  struct Variant {
+    DType kv, q;
+    ScaleMode scales;
+    std::int64_t page_stride;
+    DType index;
+    bool twin;
+  };
+  for (const Variant v : {Variant{DType::bf16, DType::bf16, ScaleMode::per_tensor, 0, DType::bf16, false},
+                          Variant{DType::fp8_e4m3, DType::fp16, ScaleMode::per_token_head, 0, DType::fp8_e4m3, true},
+                          Variant{DType::fp8_e5m2, DType::fp8_e4m3, ScaleMode::per_tensor, 3 * 128 * 256, DType::bf16,
+                                  false},
+                          Variant{DType::nvfp4, DType::bf16, ScaleMode::per_tensor, 0, DType::nvfp4, true},
+                          Variant{DType::nvfp4, DType::bf16, ScaleMode::per_tensor, 9216 * 4 + 512, DType::fp8_e4m3,
+                                  false}}) {
+    WorkloadSpec s = mixed_spec(3, 2);
+    s.kv_dtype = v.kv;
+    s.q_dtype = v.q;
+    s.fp8_scales = v.scales;
+    s.page_stride = v.page_stride;
+    s.index_dtype = v.index;
+    s.fp8_index_query = v.index == DType::fp8_e4m3;
+    s.bf16_index_twin = v.twin;
+    SCOPED_TRACE(describe(s));
+    const msa::WorkloadBytes b = msa::workload_bytes(s);
+    const Workload w(s);
+    const auto bytes = [](const auto& vec) { return double(vec.size() * sizeof(vec[0])); };
+    EXPECT_EQ(b.kv_cache, bytes(w.kv_bytes) + bytes(w.k_scales) + bytes(w.v_scales));
+    EXPECT_EQ(b.index_cache, bytes(w.index_bytes) + bytes(w.twin_index_bytes));
+    const double step = bytes(w.block_table) + bytes(w.index_block_table) + bytes(w.new_k) + bytes(w.new_v) +
+                        bytes(w.new_index_k) + bytes(w.slots) + bytes(w.index_slots) + bytes(w.q) + bytes(w.index_q) +
+                        bytes(w.index_q_e4m3) + bytes(w.topk) + bytes(w.twin_topk) + bytes(w.out) + bytes(w.lse) +
+                        bytes(w.meta().token_request) + bytes(w.meta().token_position);
+    EXPECT_GE(b.step, step);
+    EXPECT_LE(b.step, step + 7 * 4 * w.num_requests() + 12);  // the per-request metadata
+    EXPECT_GT(b.scratch, 0);
+  }
+  WorkloadSpec bad = mixed_spec(1);
+  bad.requests[0].query_len = -1;
+  EXPECT_THROW(msa::workload_bytes(bad), msa::Error);
+  // A step far beyond any machine is sized without allocating it.
+  WorkloadSpec huge = mixed_spec(1);
+  huge.requests.assign(4096, RequestShape{2, 16 << 20});
+  EXPECT_GT(msa::workload_bytes(huge).total(), 3e13);
+}
+
 // A low-precision index cache with its bf16 twin: the twin holds the bytes a
 // bf16 workload of the same seed holds, the fp8 index query is the plain cast
 // of the src_dtype one, and the agreement of the selections is counted right.

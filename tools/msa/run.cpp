@@ -8,6 +8,9 @@
 // insert), index and attend (--input kv: insert from ready K / V instead);
 // sampled rows are checked against the float64 oracle, and every token's
 // pre-attention outputs too. Exit 0 only if the checks pass.
+// What it cannot serve it refuses before allocating anything (exit 2): options
+// out of range or that do not apply to the chosen dtypes, an output file it
+// could not write, a step larger than the host's (or the device's) memory.
 #include <chrono>
 #include <cinttypes>
 #include <cstdio>
@@ -22,10 +25,12 @@
 #include "index_agreement.hpp"
 #include "msa/cpu.hpp"
 #include "msa/error.hpp"
+#include "option_checks.hpp"
 #include "oracle_check.hpp"
 #include "pre_attention_check.hpp"
 #include "qkv_step.hpp"
 #include "report.hpp"
+#include "run_limits.hpp"
 #include "step_stats.hpp"
 #include "workload.hpp"
 #if MSA_HAVE_CUDA
@@ -60,7 +65,11 @@ struct RunOptions {
   int decode_rows = 32;   // oracle rows sampled among the decode tokens
   int prefill_rows = 24;  // oracle rows sampled among the prefill tokens
   std::string json;
+  std::string host_memory;  // limit on host memory ("" = what the machine has available)
   bool quiet = false;
+  // Options given on the command line (others hold their defaults).
+  bool kv_scales_given = false;
+  bool layout_given = false;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -134,6 +143,20 @@ WorkloadSpec make_spec(const RunOptions& o) {
 
 // Cross-option checks CLI11 cannot express; throws CLI::ValidationError (exit 2).
 void check_options(const RunOptions& o) {
+  const DType kv = parse_dtype(o.kv_dtype, "--kv-dtype");
+  if (o.kv_scales_given && !is_fp8(kv)) {
+    throw CLI::ValidationError("--kv-scales", o.kv_scales + " applies to fp8 caches only (--kv-dtype " + o.kv_dtype +
+                                                   (kv == DType::nvfp4 ? " has group scales and one global scale)"
+                                                                       : " has no scales)"));
+  }
+  if (o.layout_given && kv == DType::nvfp4) {
+    throw CLI::ValidationError("--layout", o.layout + " does not apply to an nvfp4 cache (its pages have one "
+                                                      "layout: head slots of K and V)");
+  }
+  if (!o.json.empty()) {
+    const std::string why = unwritable_reason(o.json);
+    if (!why.empty()) throw CLI::ValidationError("--json", o.json + " cannot be written: " + why);
+  }
   if (o.decode_context_min > o.decode_context_max) {
     throw CLI::ValidationError("--decode-context-min", std::to_string(o.decode_context_min) +
                                                            " is above --decode-context-max " +
@@ -177,13 +200,49 @@ std::string gflops(double flops, double seconds) {
   return buf;
 }
 
+// Whether the step fits the host's memory (and, on the GPU, the device's);
+// otherwise says why on stderr and returns false (exit 2).
+bool fits_memory(const RunOptions& o, const WorkloadSpec& spec, bool use_cuda) {
+  const bool qkv = o.input == "qkv";
+  const HostNeed need =
+      host_need(spec, qkv, !use_cuda, cpu::resolve_threads(o.threads), o.decode_rows, o.prefill_rows);
+  std::string source = "--host-memory";
+  const double limit = o.host_memory.empty() ? double(host_memory_available(source)) : double(parse_bytes(o.host_memory));
+  if (need.total() > limit && (limit > 0 || !o.host_memory.empty())) {
+    std::fprintf(stderr,
+                 "msa run: the step needs about %s of host memory (KV cache %s, index cache %s, step %s, qkv rows "
+                 "%s, and the largest of its stages: setup %s, CPU engine %s, oracle checks %s) but the limit is %s "
+                 "(%s); use a smaller --batch, --decode-context-max, --context or --prefill-tokens\n",
+                 format_bytes(need.total()).c_str(), format_bytes(need.workload.kv_cache).c_str(),
+                 format_bytes(need.workload.index_cache).c_str(), format_bytes(need.workload.step).c_str(),
+                 format_bytes(need.qkv).c_str(), format_bytes(need.workload.scratch).c_str(),
+                 format_bytes(need.engine).c_str(),
+                 format_bytes(need.oracle).c_str(), format_bytes(limit).c_str(), source.c_str());
+    return false;
+  }
+#if MSA_HAVE_CUDA
+  if (use_cuda) {
+    const double device = run_step_cuda_bytes(spec, qkv), free = device_free_bytes();
+    if (device > free) {
+      std::fprintf(stderr,
+                   "msa run: the step needs about %s of device memory but the GPU has %s free; use a smaller "
+                   "--batch, --decode-context-max, --context or --prefill-tokens, or --backend cpu\n",
+                   format_bytes(device).c_str(), format_bytes(free).c_str());
+      return false;
+    }
+  }
+#endif
+  return true;
+}
+
 int run(const RunOptions& o) {
   check_options(o);
   if (o.backend == "cuda" && !cuda_usable()) return refuse_cuda();
   const bool use_cuda = o.backend == "cuda" || (o.backend == "auto" && cuda_usable());
+  const WorkloadSpec spec = make_spec(o);
+  if (!fits_memory(o, spec, use_cuda)) return kExitUsage;
   const Clock::time_point start = Clock::now();
   Progress progress{o.quiet, start, start};
-  const WorkloadSpec spec = make_spec(o);
 
   RunReport report;
   report.tp = o.tp;
@@ -288,6 +347,20 @@ int run(const RunOptions& o) {
 
 }  // namespace
 
+// The size of --host-memory, in CLI11's words.
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        try {
+          parse_bytes(s);
+          return {};
+        } catch (const msa::Error& e) {
+          return e.what();
+        }
+      },
+      "SIZE");
+}
+
 Command add_run_command(CLI::App& msa) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* app = msa.add_subcommand(
@@ -312,19 +385,19 @@ Command add_run_command(CLI::App& msa) {
   });
   const auto layout =
       library_check("LAYOUT", [](const std::string& s) { parse_layout(s.c_str(), "--layout"); });
-  const auto tokens = CLI::Range(0, 1 << 24);
+  const auto tokens = integer_in(0, 1 << 24, "tokens, up to 16M");
   app->option_defaults()->multi_option_policy(
       CLI::MultiOptionPolicy::TakeLast);  // the last one wins
 
   app->add_option("--tp", o->tp, "tensor-parallel degree: per-rank heads of MiniMax-M3")
-      ->check(CLI::IsMember({1, 2, 4, 8}))
+      ->check(integer_of({1, 2, 4, 8}, "tensor-parallel degrees of MiniMax-M3"))
       ->capture_default_str();
   app->add_option("--batch", o->batch, "decode requests")
-      ->check(CLI::Range(0, 4096))
+      ->check(integer_in(0, 4096, "decode requests"))
       ->capture_default_str();
   app->add_option("--draft-tokens", o->draft_tokens,
                   "speculative draft tokens per decode (query length 1 + this)")
-      ->check(CLI::Range(0, 15))
+      ->check(integer_in(0, 15, "draft tokens: a decode's query length is at most 16"))
       ->capture_default_str();
   app->add_option("--decode-context-min", o->decode_context_min,
                   "shortest cached context of a decode, tokens")
@@ -345,13 +418,15 @@ Command add_run_command(CLI::App& msa) {
                   "KV cache dtype: bf16, fp16, fp8_e4m3, fp8_e5m2, nvfp4")
       ->check(kv_dtype)
       ->capture_default_str();
-  app->add_option("--kv-scales", o->kv_scales,
-                  "fp8 KV scales: tensor (one per K and V) or token (per token and head)")
-      ->check(CLI::IsMember({"tensor", "token"}))
-      ->capture_default_str();
-  app->add_option("--layout", o->layout, "KV page layout: hnd, nhd, split (nvfp4 has its own)")
-      ->check(layout)
-      ->capture_default_str();
+  CLI::Option* kv_scales =
+      app->add_option("--kv-scales", o->kv_scales,
+                      "fp8 KV scales: tensor (one per K and V) or token (per token and head); fp8 caches only")
+          ->check(CLI::IsMember({"tensor", "token"}))
+          ->capture_default_str();
+  CLI::Option* layout_option =
+      app->add_option("--layout", o->layout, "KV page layout: hnd, nhd, split (not for nvfp4, which has its own)")
+          ->check(layout)
+          ->capture_default_str();
   app->add_option("--q-dtype", o->q_dtype, "query dtype: bf16, fp16, fp8_e4m3 (output bf16)")
       ->check(q_dtype)
       ->capture_default_str();
@@ -361,21 +436,21 @@ Command add_run_command(CLI::App& msa) {
       ->check(index_dtype)
       ->capture_default_str();
   app->add_option("--topk", o->topk, "blocks selected per (token, KV head)")
-      ->check(CLI::Range(1, kMaxTopk))
+      ->check(integer_in(1, kMaxTopk, "blocks per token and KV head"))
       ->capture_default_str();
-  app->add_option("--seed", o->seed, "seed of every random input")->capture_default_str();
+  app->add_option("--seed", o->seed, "seed of every random input")->check(unsigned_64())->capture_default_str();
   app->add_option("--threads", o->threads, "CPU engine threads (0: one per hardware thread)")
-      ->check(CLI::Range(0, 1024))
+      ->check(integer_in(0, 1024, "threads"))
       ->capture_default_str();
   app->add_option("--backend", o->backend,
                   "auto (cuda when built with it and a GPU is visible, else cpu), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app->add_option("--decode-rows", o->decode_rows, "decode tokens checked against the oracle")
-      ->check(CLI::Range(0, 1 << 20))
+      ->check(integer_in(0, 1 << 20, "rows"))
       ->capture_default_str();
   app->add_option("--prefill-rows", o->prefill_rows, "prefill tokens checked against the oracle")
-      ->check(CLI::Range(0, 1 << 20))
+      ->check(integer_in(0, 1 << 20, "rows"))
       ->capture_default_str();
   app->add_option("--input", o->input,
                   "what the step starts from: qkv (the fused QKV projection output, through pre-attention) or "
@@ -383,8 +458,15 @@ Command add_run_command(CLI::App& msa) {
       ->check(CLI::IsMember({"qkv", "kv"}))
       ->capture_default_str();
   app->add_option("--json", o->json, "also write the report as JSON to this file");
+  app->add_option("--host-memory", o->host_memory,
+                  "host memory the step may use, e.g. 8G (default: what the machine has available)")
+      ->check(byte_size());
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
-  return Command{app, [o] { return run(*o); }};
+  return Command{app, [o, kv_scales, layout_option] {
+                   o->kv_scales_given = kv_scales->count() > 0;
+                   o->layout_given = layout_option->count() > 0;
+                   return run(*o);
+                 }};
 }
 
 }  // namespace msa::tool

@@ -23,7 +23,7 @@ void check_select(const char* fn, const StepView& step, const SelectShape& shape
             " is outside [1, ", kMaxTopk, "]");
   MSA_CHECK(shape.init_blocks >= 0 && shape.local_blocks >= 0, fn, ": init_blocks = ",
             shape.init_blocks, ", local_blocks = ", shape.local_blocks, " must not be negative");
-  MSA_CHECK(shape.init_blocks + shape.local_blocks <= shape.topk, fn,
+  MSA_CHECK(std::int64_t(shape.init_blocks) + shape.local_blocks <= shape.topk, fn,
             ": init_blocks + local_blocks = ", shape.init_blocks, " + ", shape.local_blocks,
             " exceeds topk = ", shape.topk);
   MSA_CHECK(shape.max_blocks >= 0, fn, ": max_blocks = ", shape.max_blocks, " is negative");

@@ -54,7 +54,7 @@ void check_select_numbers(const TopkView& out, std::int32_t init_blocks, std::in
             " is outside [1, ", kMaxTopk, "]");
   MSA_CHECK(init_blocks >= 0 && local_blocks >= 0, "indexer: init_blocks = ", init_blocks,
             ", local_blocks = ", local_blocks, " must not be negative");
-  MSA_CHECK(init_blocks + local_blocks <= out.topk, "indexer: init_blocks + local_blocks = ",
+  MSA_CHECK(std::int64_t(init_blocks) + local_blocks <= out.topk, "indexer: init_blocks + local_blocks = ",
             init_blocks, " + ", local_blocks, " exceeds out.topk = ", out.topk);
   MSA_CHECK(max_blocks >= 0, "indexer: max_blocks = ", max_blocks, " is negative");
 }

@@ -188,6 +188,7 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
   MSA_CHECK(num_kv_heads > 0, "build_k2q: num_kv_heads = ", num_kv_heads, " must be > 0");
   MSA_CHECK(topk.topk > 0, "build_k2q: topk.topk = ", topk.topk, " must be > 0");
   MSA_CHECK(num_rows >= 0, "build_k2q: num_rows = ", num_rows, " is negative");
+  check::topk_view(topk, step.num_tokens, num_kv_heads, "build_k2q: topk");
   const std::int64_t edges = std::int64_t(step.num_tokens) * num_kv_heads * topk.topk;
   const std::int64_t total_rows = num_rows * num_kv_heads;
   MSA_CHECK(edges <= std::numeric_limits<std::int32_t>::max() &&

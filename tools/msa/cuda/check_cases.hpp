@@ -88,7 +88,7 @@ struct CheckCase {
     return n;
   }
   bool fp8_math() const { return !is_half(kv_dtype) || q_dtype == DType::fp8_e4m3; }
-  // Bound on the relative Frobenius error of the output (contract 9).
+  // Bound on the relative Frobenius error of each token's output row (contract 9).
   double attend_bound() const { return fp8_math() ? 2e-2 : 1e-2; }
 
   std::string name() const {

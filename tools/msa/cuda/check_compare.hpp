@@ -48,6 +48,30 @@ inline Diff rel_frobenius(const std::vector<float>& got, const std::vector<float
   return d;
 }
 
+// rel_frobenius row by row, as the contract bounds outputs: rows of `row_len`
+// elements (one token's [num_q_heads, 128] output); the error is the worst
+// row's, `worst` its worst element, `count` the differing elements of all rows.
+inline Diff rel_frobenius_rows(const std::vector<float>& got, const std::vector<float>& want,
+                               std::size_t row_len) {
+  Diff d;
+  if (got.size() != want.size() || row_len == 0 || got.size() % row_len != 0) {
+    d.error = kInf;
+    return d;
+  }
+  for (std::size_t r = 0; r < got.size(); r += row_len) {
+    const std::vector<float> g(got.begin() + r, got.begin() + r + row_len);
+    const std::vector<float> w(want.begin() + r, want.begin() + r + row_len);
+    Diff e = rel_frobenius(g, w);
+    const std::int64_t count = d.count + e.count;
+    if (e.worst >= 0 && (d.worst < 0 || e.error > d.error)) {
+      d = e;
+      d.worst += std::int64_t(r);
+    }
+    d.count = count;
+  }
+  return d;
+}
+
 // The largest elementwise error `err(got, want)` over the entries that differ,
 // with its index; equal values (including equal infinities) count 0, and a NaN
 // or an infinity on either side of a differing pair counts +inf.

@@ -368,7 +368,7 @@ void attend_stage(CaseState& st) {
     return;
   }
   const std::vector<float> h_out = half_to_floats(h_out16, c.out_dtype);
-  const Diff od = rel_frobenius(g_out, h_out);
+  const Diff od = rel_frobenius_rows(g_out, h_out, std::size_t(QH) * kHeadDim);
   std::ostringstream so;
   const std::int64_t w = std::max<std::int64_t>(od.worst, 0);
   so << od.count << " values differ; worst t=" << w / (QH * kHeadDim) << " head=" << (w / kHeadDim) % QH

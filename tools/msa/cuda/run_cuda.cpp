@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "device_memory.hpp"
@@ -32,7 +33,40 @@ double time_on(cudaStream_t stream, Fn&& fn) {
   return double(ms) * 1e-3;
 }
 
+// The plain fields of the step's attention arguments (what sizes its workspace).
+AttentionArgs attention_args_of(const WorkloadSpec& spec) {
+  AttentionArgs a;
+  a.num_q_heads = spec.model.num_q_heads;
+  a.topk.topk = spec.model.topk;
+  a.q_dtype = spec.q_dtype;
+  a.out_dtype = spec.q_dtype == DType::fp16 ? DType::fp16 : DType::bf16;
+  a.cache.dtype = spec.kv_dtype;
+  a.cache.num_kv_heads = spec.model.num_kv_heads;
+  a.cache.scale_mode = !is_fp8(spec.kv_dtype) ? ScaleMode::none
+                       : spec.fp8_scales == ScaleMode::per_token_head ? ScaleMode::per_token_head
+                                                                      : ScaleMode::per_tensor;
+  return a;
+}
+
 }  // namespace
+
+double run_step_cuda_bytes(const WorkloadSpec& spec, bool qkv_input) {
+  const WorkloadBytes b = workload_bytes(spec);
+  BatchSpec batch;
+  for (const RequestShape& r : spec.requests) {
+    batch.query_lens.push_back(r.query_len);
+    batch.seq_lens.push_back(r.query_len + r.context_len);
+  }
+  batch.decode_threshold = spec.decode_threshold;
+  const BatchMetadata meta = build_metadata(batch);
+  std::int32_t max_blocks = 0;
+  for (std::int32_t r = 0; r < meta.num_requests; ++r) max_blocks = std::max(max_blocks, meta.num_blocks(r));
+  return 2 * b.kv_cache + b.index_cache + b.step + (qkv_input ? qkv_step_bytes(spec) : 0.0) +
+         double(cuda::index_workspace_bytes(meta.num_tokens, spec.model.num_kv_heads, max_blocks)) +
+         double(cuda::attention_workspace_bytes(meta, attention_args_of(spec)));
+}
+
+double device_free_bytes() { return double(device_info().free_bytes); }
 
 CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
   CudaStageTimes times;

@@ -15,6 +15,13 @@ struct CudaStageTimes {
   std::string device;  // e.g. "NVIDIA H200"
 };
 
+// Device bytes run_step_cuda allocates for a workload of this spec (the KV
+// cache twice: as before the insert and the copy the step writes; with the
+// qkv input, its rows and rope table), computed before anything is allocated.
+double run_step_cuda_bytes(const WorkloadSpec& spec, bool qkv_input);
+// Free memory of the current device, bytes.
+double device_free_bytes();
+
 // Copies the workload to the device, runs insert (with `qkv`: pre-attention
 // from its qkv rows, which also writes q and index q), index and attend there
 // with the device checks on, and copies the caches, q, index q, top-k, output
