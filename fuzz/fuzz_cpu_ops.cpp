@@ -1,4 +1,4 @@
-// The CPU engine's insert, index and attend (and key-major attention) on small
+// The CPU engine's pre-attention, insert, index and attend (and key-major attention) on small
 // steps whose views, tables, top-k lists and slots the input may break, with
 // the checks on or off. Every buffer is allocated to exactly what its view
 // declares (a KV cache: num_pages pages of page_stride), so AddressSanitizer
@@ -15,6 +15,7 @@
 #include "msa/cpu.hpp"
 #include "msa/k2q.hpp"
 #include "msa/key_major.hpp"
+#include "msa/pre_attention.hpp"
 
 using namespace msa;
 
@@ -166,6 +167,54 @@ void build(FuzzedDataProvider& in, Problem& pb, std::mt19937& rng) {
   v.data = pb.topk.data();
 }
 
+// Pre-attention of the step from qkv rows of a row stride, positions and a
+// cos/sin table the input may break; outputs into the problem's q and a
+// fresh index query, K / V / index keys into the caches.
+void pre_attention(FuzzedDataProvider& in, Problem& pb, const cpu::Options& opt, std::mt19937& rng) {
+  const std::int64_t T = pb.meta.num_tokens;
+  PreAttentionArgs a;
+  a.num_tokens = T;
+  a.num_q_heads = pb.QH;
+  a.num_kv_heads = pb.H;
+  a.num_index_heads = pb.H;
+  a.qkv_dtype = pb.src;
+  a.qkv_row_stride = in.ConsumeIntegralInRange(0, 7) == 7 ? in.ConsumeIntegralInRange<std::int64_t>(-200, 5000)
+                                                          : in.ConsumeBool() ? 0 : a.row_width() + 64;
+  const std::int64_t stride = a.row_stride() >= a.row_width() ? a.row_stride() : a.row_width();
+  const std::vector<std::uint8_t> qkv = random_bytes(std::size_t(T > 0 ? ((T - 1) * stride + a.row_width()) * 2 : 0), rng);
+  a.qkv = qkv.data();
+  std::vector<std::int64_t> positions(std::size_t(std::max<std::int64_t>(T, 1)), 0);
+  for (std::int64_t t = 0; t < T; ++t) positions[t] = std::max(pb.meta.token_position[t], 0);
+  for (int i = in.ConsumeIntegralInRange(0, 2); i > 0 && T > 0; --i)
+    positions[in.ConsumeIntegralInRange<std::size_t>(0, std::size_t(T - 1))] = fuzz::sometimes(in, -1, -3, 5000);
+  a.positions = positions.data();
+  const std::vector<float> weights(4 * kHeadDim, 0.5f);
+  a.q_weight = weights.data();
+  a.k_weight = weights.data() + kHeadDim;
+  a.index_q_weight = weights.data() + 2 * kHeadDim;
+  a.index_k_weight = weights.data() + 3 * kHeadDim;
+  a.max_position = 1 + in.ConsumeIntegralInRange(0, 999);
+  std::vector<float> cos_sin(std::size_t(a.max_position * kRopeDims));
+  make_rope_table(kM3RopeTheta, a.max_position, cos_sin.data());
+  a.cos_sin = cos_sin.data();
+  a.q = pb.q.data();
+  a.q_dtype = pb.q_dtype;
+  a.q_scale = 0.02f;
+  a.index_q_dtype = pb.index_cache.dtype == DType::fp8_e4m3 && in.ConsumeBool() ? DType::fp8_e4m3 : pb.src;
+  std::vector<std::uint8_t> index_q(std::size_t(std::max<std::int64_t>(T * pb.H * kHeadDim * 2, 1)));
+  a.index_q = index_q.data();
+  a.slots = pb.slots.data();
+  std::vector<std::int64_t> index_slots;
+  if (in.ConsumeBool()) {
+    index_slots = pb.slots;
+    a.index_slots = index_slots.data();
+  }
+  try {
+    cpu::pre_attention(pb.cache, pb.index_cache, a, opt);
+  } catch (const Error&) {
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -183,6 +232,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::int64_t T = pb.meta.num_tokens;
   const cpu::Options opt{1, in.ConsumeBool()};
   const DType src = pb.src;
+  if (in.ConsumeBool()) pre_attention(in, pb, opt, rng);
   try {
     cpu::insert_kv(pb.cache, InsertKVArgs{pb.new_k.data(), pb.new_v.data(), src, pb.slots.data(), T}, opt);
   } catch (const Error&) {
