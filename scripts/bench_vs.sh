@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the same `msa bench` cases on this tree and on an earlier commit, on a
-# GPU machine (the device tool), for before/after figures in bench/RESULTS.md.
+# GPU machine, for before/after figures in bench/RESULTS.md.
 #
 #   bash scripts/bench_vs.sh OLD_COMMIT "BENCH ARGS" [NAME]
 #

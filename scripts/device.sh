@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One call on a GPU machine (the H200 of the device tool): configure and build
+# One call on a GPU machine (an H200): configure and build
 # for sm_90a with ninja, run the GPU tests, optionally the sanitizer pass and the
 # benchmarks, and leave logs and JSON under $OUT.
 #
@@ -22,7 +22,7 @@ set -uo pipefail
 # part cannot eat a whole device call: SAN_LIMIT, CHECK_LIMIT, BENCH_LIMIT.
 SAN_LIMIT=${SAN_LIMIT:-240}; CHECK_LIMIT=${CHECK_LIMIT:-180}; BENCH_LIMIT=${BENCH_LIMIT:-300}
 OUT=${OUT:-$PWD/out}
-# The device tool returns at most 8 files: logs go to $OUT/logs and are packed
+# A remote runner may return few files: logs go to $OUT/logs and are packed
 # into $OUT/logs.tar.gz at the end; JSON results stay at the top of $OUT.
 LOG="$OUT/logs"
 mkdir -p "$LOG"

@@ -4,7 +4,7 @@
 # serialized the wgmma instructions of a kernel ("Potential Performance Loss:
 # wgmma.mma_async instructions are serialized ...", C7518 for a wgmma under a
 # branch). ptxas prints that as "info", so the build would pass; the one such
-# kernel measured (bench/RESULTS.md, fifteenth session) ran 36-48% slower.
+# kernel measured (bench/RESULTS.md in git history) ran 36-48% slower.
 #
 #   nvcc_guard.sh COMPILER ARGS...
 set -uo pipefail

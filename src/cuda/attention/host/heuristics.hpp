@@ -54,7 +54,7 @@ inline constexpr int kMaxClusterSplits = 8;
 inline bool use_cluster_merge(int splits) { return splits > 1 && splits <= kMaxClusterSplits; }
 // Both split rules plan clusters up to kMaxClusterSplits: on the H200 8-way
 // clusters were the fastest bf16 decode at batch 1 and 8 (16 / 1 and 64 / 4
-// heads, splits 3-8 and 16 timed; bench/RESULTS.md, tenth session). The GPU
+// heads, splits 3-8 and 16 timed; bench/RESULTS.md in git history). The GPU
 // tests run splits 1-6 and 8 in clusters and 9 / 16 through the workspace
 // (ForcedSplits, ShapeDecodeSplits).
 
@@ -261,12 +261,12 @@ inline std::int64_t key_major_max_items(std::int64_t edges, std::int64_t rows, i
 // more than the merge: the most splits that keep `rows` x splits CTAs within
 // one wave (ctas_per_sm per SM), at most kMaxClusterSplits and `topk`, and
 // beyond 4 only when the clusters fit at once. Measured on the H200
-// (bench/RESULTS.md, fifth session, 16/1 fp8_e4m3, when the row kernel still
+// (bench/RESULTS.md in git history, 16/1 fp8_e4m3, when the row kernel still
 // widened blocks in shared memory): batch 1 17.3 us at 8 splits against 22.1
 // at choose_splits' 16, batch 8 18.4 against 22.9, batch 32 25.2 at 4 against
 // 29.2 at 3, batch 64 and 128 unchanged (2 and 1). fp8 caches with per-tensor
 // scales take choose_splits since their codes become fp16 in one instruction
-// per pair (sixteenth session, 16/1 fp8_e4m3: batch 64 17.8-18.0 us against
+// per pair (H200, 16/1 fp8_e4m3: batch 64 17.8-18.0 us against
 // 19.5-19.8, batch 128 24.0-24.2 against 25.2-25.4; batch 32 15.2-15.4
 // against 16.8-17.0 once its clusters count at one CTA per SM, plan.cpp; with
 // per-token scales, on bf16 MMA, choose_splits was up to 5% slower, so they

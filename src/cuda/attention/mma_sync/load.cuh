@@ -160,7 +160,7 @@ struct Stager {
       // thread loads a batch of codes before converting and storing any: the
       // compiler cannot tell the raw stage from the tile, so a load after a
       // store waits for it, and one load per store serialized the widening
-      // (H200, fifth session: fp8 decode 23-37% faster from batch 32). The
+      // (H200: fp8 decode 23-37% faster from batch 32). The
       // nvfp4 branch below keeps one load per store: batching its loads
       // (its table lookups depend on them) measured 0-6% slower.
       constexpr int kIters = 2 * kBlockKeys * 16 / kNumThreads;

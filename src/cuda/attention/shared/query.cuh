@@ -44,7 +44,7 @@ __device__ __forceinline__ uint4 half8_to_mma(bool q_fp16, uint4 raw) {
 // 8 query elements (of any query kind) in the MMA type, for the token-tile
 // kernels. It does not go through load_query_raw / query_raw_to_mma: that
 // form compiles the token-tile kernels' query staging differently, and their
-// code stays as measured (bench/RESULTS.md, tenth session).
+// code stays as measured (measured on the H200; bench/RESULTS.md in git history).
 //   p.q: [num_tokens, num_q_heads, 128]; elem: index of the first of the 8
 template <bool kF16>
 __device__ __forceinline__ uint4 load_query_chunk(const AttendParams& p, std::int64_t elem) {

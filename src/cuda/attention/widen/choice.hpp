@@ -4,7 +4,7 @@
 // on the persistent bf16 / fp16 wgmma kernel over those pages. Without it every
 // tile widens every block of its union itself (a block in a 16K-token chunk
 // is read by hundreds of tiles), and its CTAs take one tile each. Measured on
-// the H200 (bench/RESULTS.md, eighteenth session): fp8 and nvfp4 prefill steps
+// the H200 (bench/RESULTS.md in git history): fp8 and nvfp4 prefill steps
 // 1.20-1.53x faster; the widening itself (read 32 KiB, write 64 KiB per
 // (request, block, KV head)) takes 8-22% of a step. fp8 with per-(token,
 // head) scales widens its codes the same way and copies the block's scales
