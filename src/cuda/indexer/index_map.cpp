@@ -5,26 +5,12 @@
 
 #include <cstdint>
 
+#include "cuda/common/tensor_map.hpp"
 #include "msa/common.hpp"
 #include "msa/dtype.hpp"
 
 namespace msa::cuda::indexer {
 namespace {
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();  // keep later runtime calls from reporting it
-      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
 
 CUtensorMapDataType map_type(DType dtype) {
   return dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
@@ -37,7 +23,7 @@ int index_box_features(DType dtype) { return dtype == DType::bf16 ? 64 : 128; }
 bool make_index_map(const IndexCacheView& c, CUtensorMap& map) {
   if (c.dtype != DType::bf16 && c.dtype != DType::fp8_e4m3) return false;
   if (c.base == nullptr || c.num_pages <= 0) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const std::int64_t eb = std::int64_t(dtype_bytes(c.dtype));
   const std::int64_t page_bytes = c.page_stride * eb;
@@ -54,7 +40,7 @@ bool make_index_map(const IndexCacheView& c, CUtensorMap& map) {
 bool make_rows_map(const void* rows, DType dtype, std::int64_t num_rows, int box_rows, CUtensorMap& map) {
   if (dtype != DType::bf16 && dtype != DType::fp8_e4m3) return false;
   if (rows == nullptr || num_rows <= 0 || box_rows <= 0 || box_rows > 256) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const std::int64_t eb = std::int64_t(dtype_bytes(dtype));
   const cuuint64_t dims[2] = {cuuint64_t(kHeadDim), cuuint64_t(num_rows)};

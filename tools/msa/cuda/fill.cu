@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "cuda/common/check.cuh"
+#include "device_random.cuh"
 #include "msa/cache.hpp"
 #include "msa/error.hpp"
 #include "msa/numeric.hpp"
@@ -12,20 +13,6 @@
 namespace msa::tool {
 
 namespace {
-
-__device__ __forceinline__ std::uint64_t hash64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// N(0, 1) from one 64-bit hash (Box-Muller on its two halves).
-__device__ __forceinline__ float normal_from(std::uint64_t h) {
-  const float u1 = (float(std::uint32_t(h >> 40)) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
-  const float u2 = float(std::uint32_t(h) & 0xFFFFFFu) * (1.0f / 16777216.0f);
-  return sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
-}
 
 template <int Tag>  // 0 f32, 1 bf16, 2 fp16, 3 e4m3, 4 e5m2
 __global__ void fill_random_kernel(void* dst, std::int64_t count, float scale, std::uint64_t seed) {

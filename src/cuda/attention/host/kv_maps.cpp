@@ -9,25 +9,11 @@
 #include <array>
 #include <cstdint>
 
+#include "cuda/common/tensor_map.hpp"
 #include "msa/dtype.hpp"
 
 namespace msa::cuda::attention {
 namespace {
-
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();  // clear the error so that later runtime calls do not report it
-      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
 
 // A 3-D map of 16-bit rows [num_tokens, num_q_heads, 128]: boxes of 64 dims x
 // `group` heads x 64 / group tokens, 128-byte swizzle (make_query_map).
@@ -35,7 +21,7 @@ bool make_rows_map(const void* rows, DType dtype, std::int64_t num_tokens, int n
                    CUtensorMap& map) {
   if (dtype != DType::bf16 && dtype != DType::fp16) return false;
   if (rows == nullptr || num_tokens <= 0 || num_q_heads <= 0 || group <= 0 || 64 % group != 0) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const std::int64_t row_bytes = std::int64_t(kHeadDim) * 2;  // one query head's 128 dims
   const cuuint64_t dims[3] = {cuuint64_t(kHeadDim), cuuint64_t(num_q_heads), cuuint64_t(num_tokens)};
@@ -52,14 +38,14 @@ bool make_rows_map(const void* rows, DType dtype, std::int64_t num_tokens, int n
 
 }  // namespace
 
-bool tensor_maps_available() { return encode_function() != nullptr; }
+bool tensor_maps_available() { return tensor_map_encoder() != nullptr; }
 
 bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
   const bool half = c.dtype == DType::bf16 || c.dtype == DType::fp16;
   if (!half && !is_fp8(c.dtype)) return false;
   const std::int64_t eb = half ? 2 : 1;  // element bytes
   if (c.num_pages <= 0 || c.num_kv_heads <= 0 || c.k == nullptr || c.v == nullptr) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = encode_function();
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   // Axes 1-3 (token, head, page) in ascending stride order.
   struct Axis {
