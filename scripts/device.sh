@@ -86,7 +86,8 @@ if [[ $SAN -eq 1 ]]; then
     [[ -x "$t" ]] || continue
     name=$(basename "$t")
     filter=""
-    [[ -n "$TESTS" ]] && filter="--gtest_filter=*${TESTS}*"
+    # The ctest regex's alternatives "A|B" as a gtest filter "*A*:*B*".
+    [[ -n "$TESTS" ]] && filter="--gtest_filter=*${TESTS//|/*:*}*"
     echo "-- memcheck $name" | tee -a "$LOG/sanitizer.log"
     MSA_SANITIZER=1 timeout $SAN_LIMIT compute-sanitizer --tool memcheck --error-exitcode 9 "$t" $filter >>"$LOG/sanitizer.log" 2>&1 \
       || { echo "memcheck FAILED: $name"; status=1; }

@@ -20,16 +20,18 @@
 // "max" is a running max over the m-tiles, reduced over the warp at the end;
 // each row's score is written once. The top-k follows in select.cu.
 //
-// Key formats: bf16 (ldmatrix, standard fragments), fp8 e4m3 with an e4m3
-// query (ldmatrix, m16n8k32 on fp8 tensor cores), fp8 e4m3 with a bf16 / fp16
-// query and nvfp4 (each lane loads 32 features of a key, converts them to
-// bf16 exactly, scale included; the features of a k-step are then a permuted
-// set, the same for the query). fp16 queries are split into bf16 hi + lo.
+// Key formats: bf16 by ldmatrix on bf16 tensor cores (fp16 queries as bf16 hi
+// + lo); fp8 e4m3 and nvfp4 converted to fp16 in registers (each lane 32
+// features of a key, exactly, nvfp4 group scales included) on fp16 tensor
+// cores, with the query in fp16 (Unit says how each query dtype gets there).
+// The features of a k-step are then a permuted set, the same for the query.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include <cuda.h>
+#include <cuda_fp16.h>
 
 #include "cuda/attention/host/prepare_once.hpp"
 #include "cuda/common/ptx.cuh"
@@ -194,12 +196,20 @@ __device__ void produce(const Params& p, const CUtensorMap* map, const Range& ra
 // The unit a consumer warp is scoring: its rows' query fragments and positions.
 // Lane (g, c) holds, per n-tile nt, the fragments of row nt * 8 + g and the
 // positions of rows nt * 8 + 2c, + 1 (the accumulator's columns).
+//
+// bf16 keys multiply on bf16 tensor cores (fp16 queries split into bf16 hi +
+// lo). The other formats are converted to fp16 in registers and multiply on
+// fp16 tensor cores: e4m3 keys in one cvt per pair; nvfp4 codes by placing
+// their bits in an fp16 (value times 2^-14, e2m1x8_to_f16x2_scaled), times the
+// group scale times 2^7, exact. Their queries become fp16 once per unit: e4m3
+// and fp16 exactly, bf16 times a power of two per row that brings its largest
+// finite |value| to [2^14, 2^15) (exact but for values 2^31 below it), the
+// power undone on the block max.
 template <DecodeKeys K, DecodeQuery Q>
 struct Unit {
-  // k-steps per block: 8 of k16, or 4 of k32 on fp8 tensor cores.
-  static constexpr bool kFp8Mma = Q == DecodeQuery::e4m3;
-  static constexpr int kSteps = kFp8Mma ? 4 : 8;
-  static constexpr int kParts = Q == DecodeQuery::fp16 ? 2 : 1;  // fp16: bf16 hi + lo
+  static constexpr bool kConvert = K != DecodeKeys::bf16;  // keys converted to fp16
+  static constexpr int kSteps = 8;                          // k16 steps per key
+  static constexpr int kParts = !kConvert && Q == DecodeQuery::fp16 ? 2 : 1;  // bf16 hi + lo
   // n-tiles a unit may have (DecodeScoreLaunch::max_unit_rows).
   static constexpr int kNTiles = DecodeScoreLaunch::max_unit_rows(Q) / 8;
 
@@ -207,7 +217,8 @@ struct Unit {
   std::int32_t row0 = 0;      // first row (t * H + h) of the unit
   std::int32_t ntiles = 0;
   std::int32_t min_pos = 0;   // the unit's lowest position (its first row)
-  std::int32_t pos[kNTiles][2];  // -1: no such row
+  std::int32_t pos[kNTiles][2];      // -1: no such row
+  float out_scale[kNTiles][2];       // what a column's block max is multiplied by
   std::uint32_t b[kNTiles][kParts][kSteps][2];
 
   __device__ void load(const Params& p, std::int32_t u, int g, int c) {
@@ -222,6 +233,8 @@ struct Unit {
     const std::int32_t seq = p.step.seq_lens[r];
     const std::int32_t pos0 = seq - p.step.decode_query_len;  // position of the request's first token
     min_pos = pos0 + first / p.num_heads;
+    // nvfp4 keys carry 2^-14 * 2^7 (see above) and the cache's global scale.
+    const float key_scale = K == DecodeKeys::nvfp4 ? p.global_scale * 128.0f : 1.0f;
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt) {
 #pragma unroll
@@ -232,30 +245,32 @@ struct Unit {
       const std::int32_t i = nt * 8 + g;
       const bool have = nt < ntiles && i < rows;
       const std::int64_t row = std::int64_t(row0) + i;
-      if constexpr (kFp8Mma) {
-        const std::uint8_t* src = p.q + row * kHeadDim;
+      float row_scale = 1.0f;  // of row nt * 8 + g
+      if constexpr (kConvert) {
+        std::uint32_t h[16];  // fp16 pairs of features 32c + 2j, + 1
+        load_query_f16(p, row, have, c, h, row_scale);
 #pragma unroll
         for (int s = 0; s < kSteps; ++s) {
-          b[nt][0][s][0] = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 32 * s + 4 * c)) : 0u;
-          b[nt][0][s][1] = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 32 * s + 16 + 4 * c)) : 0u;
+          if constexpr (K == DecodeKeys::e4m3) {
+            // k-step s: features 32c + 4s .. + 3, the order the keys convert in.
+            b[nt][0][s][0] = h[2 * s];
+            b[nt][0][s][1] = h[2 * s + 1];
+          } else {
+            // k-step s: of features 32c + 8 (s / 2) + 0 .. 7, elements (0, 2) and (4, 6)
+            // for even s, (1, 3) and (5, 7) for odd s: e2m1x8_to_f16x2_scaled's pairs.
+            const int w = 4 * (s >> 1);
+            const std::uint32_t sel = (s & 1) ? 0x7632u : 0x5410u;
+            b[nt][0][s][0] = byte_perm(h[w], h[w + 1], sel);
+            b[nt][0][s][1] = byte_perm(h[w + 2], h[w + 3], sel);
+          }
         }
       } else {
         const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(p.q) + row * kHeadDim;
 #pragma unroll
         for (int s = 0; s < kSteps; ++s) {
-          std::uint32_t w0 = 0, w1 = 0;
-          if (have) {
-            // Standard m16n8k16 fragments for bf16 keys (ldmatrix), the permuted
-            // ones of the converting formats (lane c's k-step s: features 32c + 4s ..).
-            if constexpr (K != DecodeKeys::bf16) {
-              const uint2 v = __ldg(reinterpret_cast<const uint2*>(src + 32 * c + 4 * s));
-              w0 = v.x;
-              w1 = v.y;
-            } else {
-              w0 = __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c));
-              w1 = __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c + 8));
-            }
-          }
+          // Standard m16n8k16 fragments (the keys come by ldmatrix).
+          const std::uint32_t w0 = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c)) : 0u;
+          const std::uint32_t w1 = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c + 8)) : 0u;
           if constexpr (Q == DecodeQuery::fp16) {
             fp16x2_to_bf16x2_split(w0, b[nt][0][s][0], b[nt][1][s][0]);
             fp16x2_to_bf16x2_split(w1, b[nt][0][s][1], b[nt][1][s][1]);
@@ -263,6 +278,61 @@ struct Unit {
             b[nt][0][s][0] = w0;
             b[nt][0][s][1] = w1;
           }
+        }
+      }
+      // Column e of this lane is row nt * 8 + 2c + e, held by lanes 4 (2c + e) ...
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        out_scale[nt][e] = __shfl_sync(0xffffffffu, row_scale, (2 * c + e) * 4) * key_scale;
+    }
+  }
+
+  // Lane c's 32 features 32c .. 32c + 31 of query row `row` as fp16 pairs
+  // (zeros when !have), and the factor that undoes their scaling.
+  //   h: [16] fp16x2
+  __device__ static void load_query_f16(const Params& p, std::int64_t row, bool have, int c,
+                                        std::uint32_t (&h)[16], float& undo) {
+    undo = 1.0f;
+    if constexpr (Q == DecodeQuery::e4m3) {
+      const uint4* src = reinterpret_cast<const uint4*>(p.q + row * kHeadDim + 32 * c);
+      const uint4 v0 = have ? __ldg(src) : make_uint4(0, 0, 0, 0);
+      const uint4 v1 = have ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
+      const std::uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        h[2 * i] = e4m3x2_to_f16x2(w[i] & 0xFFFFu);
+        h[2 * i + 1] = e4m3x2_to_f16x2(w[i] >> 16);
+      }
+    } else {
+      const uint4* src = reinterpret_cast<const uint4*>(p.q + (row * kHeadDim + 32 * c) * 2);
+      std::uint32_t w[16];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint4 v = have ? __ldg(src + i) : make_uint4(0, 0, 0, 0);
+        w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+      }
+      if constexpr (Q == DecodeQuery::fp16) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) h[i] = w[i];
+      } else {
+        // The row's largest finite |value| over the 4 lanes that hold it.
+        float big = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const float lo = fabsf(__uint_as_float(w[i] << 16)), hi = fabsf(__uint_as_float(w[i] & 0xFFFF0000u));
+          if (lo < INFINITY) big = fmaxf(big, lo);
+          if (hi < INFINITY) big = fmaxf(big, hi);
+        }
+        big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
+        big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2));
+        // 2^shift brings big to [2^14, 2^15); capped so that 2^shift and 2^-shift are floats.
+        const int shift = big > 0.0f ? min(14 - ilogbf(big), 120) : 0;
+        const float up = exp2f(float(shift));
+        undo = exp2f(float(-shift));
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const __half2 v = __floats2half2_rn(__uint_as_float(w[i] << 16) * up, __uint_as_float(w[i] & 0xFFFF0000u) * up);
+          std::memcpy(&h[i], &v, sizeof(v));
         }
       }
     }
@@ -296,8 +366,8 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
 #pragma unroll
     for (int nt = 0; nt < U::kNTiles; ++nt) {
       if (nt >= un.ntiles) break;
-      if constexpr (U::kFp8Mma) {
-        mma_e4m3_16832(acc[nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
+      if constexpr (U::kConvert) {
+        mma_f16_16816(acc[nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
       } else {
 #pragma unroll
         for (int part = 0; part < U::kParts; ++part)
@@ -305,21 +375,21 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
       }
     }
   };
-  if constexpr (K == DecodeKeys::bf16 || U::kFp8Mma) {
+  if constexpr (!U::kConvert) {
     // ldmatrix from the swizzled tile: lane l addresses key (l & 7) + 8 ((l >> 3) & 1)
     // of the m-tile and 16-byte chunk 2 (k-step within the 128-byte row) + (l >> 4).
     const int key = mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int s = 0; s < U::kSteps; ++s) {
-      const int box = K == DecodeKeys::bf16 ? s >> 2 : 0;  // bf16: features 0-63, 64-127
-      const int chunk = (K == DecodeKeys::bf16 ? (s & 3) * 2 : s * 2) + (lane >> 4);
+      const int box = s >> 2;  // features 0-63, 64-127
+      const int chunk = (s & 3) * 2 + (lane >> 4);
       std::uint32_t a[4];
       ldmatrix_x4(a, smem_u32(stage + box * 16384 + key * 128 + ((chunk ^ (lane & 7)) << 4)));
       mma_all(s, a[0], a[1], a[2], a[3]);
     }
   } else {
     // Lane (g, c) converts features 32c .. 32c + 31 of keys g and g + 8.
-    std::uint32_t f[2][16];  // [key][bf16x2 pairs of features 32c + 2i, + 1]
+    std::uint32_t f[2][16];  // [key][fp16 pairs, in the order of the query's k-steps]
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int key = mt * 16 + g + 8 * half;
@@ -331,8 +401,8 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
         const std::uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          f[half][2 * i] = e4m3x2_to_bf16x2(w[i] & 0xFFFFu);
-          f[half][2 * i + 1] = e4m3x2_to_bf16x2(w[i] >> 16);
+          f[half][2 * i] = e4m3x2_to_f16x2(w[i] & 0xFFFFu);
+          f[half][2 * i + 1] = e4m3x2_to_f16x2(w[i] >> 16);
         }
       } else {
         // nvfp4 row: 64 data bytes (bytes 16c .. 16c + 15 hold features 32c ..),
@@ -340,19 +410,21 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
         const std::uint32_t row = smem_u32(stage) + key * std::uint32_t(index_nvfp4::kRowBytes);
         const uint2 d0 = lds64(row + 16 * c);
         const uint2 d1 = lds64(row + 16 * c + 8);
-        const std::uint32_t sc = lds16(row + std::uint32_t(index_nvfp4::kDataBytes) + 2 * c);
-        const std::uint32_t s0 = e4m3_to_bf16x2_splat(sc & 0xFFu), s1 = e4m3_to_bf16x2_splat(sc >> 8);
+        // Both group scales as fp16, times 2^7 (exact: at most 448 * 128).
+        const std::uint32_t sc = f16x2_mul(
+            e4m3x2_to_f16x2(lds16(row + std::uint32_t(index_nvfp4::kDataBytes) + 2 * c)), 0x58005800u);
+        const std::uint32_t s0 = byte_perm(sc, 0u, 0x1010u), s1 = byte_perm(sc, 0u, 0x3232u);
         const std::uint32_t w[4] = {d0.x, d0.y, d1.x, d1.y};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           std::uint32_t v[4];
-          e2m1x8_to_bf16x2(w[i], v);
+          e2m1x8_to_f16x2_scaled(w[i], v);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) f[half][4 * i + j] = bf16x2_mul(v[j], i < 2 ? s0 : s1);
+          for (int j = 0; j < 4; ++j) f[half][4 * i + j] = f16x2_mul(v[j], i < 2 ? s0 : s1);
         }
       }
     }
-    // k-step s: lane c's features 32c + 4s .. + 3, rows g (a0, a2) and g + 8 (a1, a3).
+    // k-step s: pairs 2s (rows g, g + 8: a0, a1) and 2s + 1 (a2, a3).
 #pragma unroll
     for (int s = 0; s < 8; ++s) mma_all(s, f[0][2 * s], f[1][2 * s], f[0][2 * s + 1], f[1][2 * s + 1]);
   }
@@ -419,7 +491,7 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
           if (nt >= un.ntiles || pos < 0) continue;
           float v = mx[nt][e];
           if (first_key > pos) v = -INFINITY;  // beyond the row's own block
-          else if constexpr (K == DecodeKeys::nvfp4) v *= p.global_scale;
+          else v *= un.out_scale[nt][e];
           p.scores[(std::int64_t(un.row0) + nt * 8 + 2 * c + e) * p.max_blocks + si.block] = v;
         }
       }

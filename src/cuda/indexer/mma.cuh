@@ -19,16 +19,30 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], std::uint32_t a0, 
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// d += a * b on a 16x8x32 tile: fp8 e4m3 inputs, fp32 accumulate.
-//   a: 4 regs of 4 e4m3 (row-major 16x32), b: 2 regs of 4 e4m3 (col-major 32x8)
-__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], std::uint32_t a0, std::uint32_t a1,
-                                               std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
-                                               std::uint32_t b1) {
+// d += a * b on a 16x8x16 tile: fp16 inputs, fp32 accumulate (fragments as
+// for bf16).
+__device__ __forceinline__ void mma_f16_16816(float (&d)[4], std::uint32_t a0, std::uint32_t a1,
+                                              std::uint32_t a2, std::uint32_t a3, std::uint32_t b0,
+                                              std::uint32_t b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two fp8 e4m3 values (low byte = first) to fp16x2 (low half = first), in one
+// instruction. Exact: every e4m3 value is an fp16 value.
+__device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t pair) {
+  std::uint32_t out;
+  asm("{\n"
+      ".reg .b16 in;\n"
+      "cvt.u16.u32 in, %1;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, in;\n"
+      "}\n"
+      : "=r"(out)
+      : "r"(pair));
+  return out;
 }
 
 // Two fp8 e4m3 values (low byte = first) to bf16x2 (low half = first). Exact:
@@ -113,6 +127,29 @@ __device__ __forceinline__ std::uint32_t bf16x2_mul(std::uint32_t a, std::uint32
 __device__ __forceinline__ std::uint32_t e4m3_to_bf16x2_splat(std::uint32_t code) {
   const std::uint32_t v = e4m3x2_to_bf16x2(code & 0xFFu) & 0xFFFFu;
   return v | (v << 16);
+}
+
+// Elementwise fp16x2 product (subnormal inputs and results kept).
+__device__ __forceinline__ std::uint32_t f16x2_mul(std::uint32_t a, std::uint32_t b) {
+  std::uint32_t d;
+  asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Eight e2m1 codes w (element j: nibble j, element 2i in the low nibble of
+// byte i) to four fp16x2 pairs of the values times 2^-14, exactly, in eleven
+// logic instructions: a code s e1 e0 m placed at fp16 bits 15 and 11..9
+// (exponent e1 e0, mantissa m) is its e2m1 value times 2^-14, the subnormal
+// e = 0 codes included. Each fp16 has a zero low byte, so the codes go first
+// to bytes "s 0 0 0 e1 e0 m 0" (hb) and then, by prmt with zero, to the high
+// byte of a half. The pairs are elements (0, 2), (4, 6), (1, 3), (5, 7).
+__device__ __forceinline__ void e2m1x8_to_f16x2_scaled(std::uint32_t w, std::uint32_t (&out)[4]) {
+  const std::uint32_t even = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0E0E0E0Eu);  // hb of elements 0, 2, 4, 6
+  const std::uint32_t odd = (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu);         // hb of elements 1, 3, 5, 7
+  out[0] = byte_perm(even, 0u, 0x1404u);
+  out[1] = byte_perm(even, 0u, 0x3424u);
+  out[2] = byte_perm(odd, 0u, 0x1404u);
+  out[3] = byte_perm(odd, 0u, 0x3424u);
 }
 
 }  // namespace msa::cuda::indexer
