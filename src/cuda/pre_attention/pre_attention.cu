@@ -29,7 +29,6 @@
 // know is written here the same way. All shuffles name the half's 16 lanes
 // only: the two halves of a warp may hold different kinds of heads.
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -410,32 +409,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pre_attention_kernel(con
   }
 }
 
-// Blocks of `kernel` resident on one SM of the current device, times its SMs:
-// the grid that keeps every SM busy in one wave. Queried once per device.
-template <class Kernel>
-std::int64_t resident_blocks(Kernel kernel) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> cached[kDevices] = {};
-  int device = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  int blocks = device < kDevices ? cached[device].load(std::memory_order_relaxed) : 0;
-  if (blocks == 0) {
-    int per_sm = 0;
-    MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-    blocks = std::max(per_sm, 1) * std::max(device_sm_count(), 1);
-    if (device < kDevices) cached[device].store(blocks, std::memory_order_relaxed);
-  }
-  return blocks;
-}
-
 template <int Src, int Dst>
 void launch(const PreAttentionParams& p, cudaStream_t stream) {
-  const auto kernel = pre_attention_kernel<Src, Dst>;
-  // One item per half while they fit in one wave (the shortest path for few
-  // tokens), else one wave that walks the rest in passes.
+  // One item per half while they fit in one wave of resident blocks (the
+  // shortest path for few tokens), else one wave that walks the rest in passes.
+  // __launch_bounds__ fits kMinBlocks blocks on an SM, and the kernel takes
+  // all the registers that leaves it, so no more fit.
   const std::int64_t spread = (std::int64_t(p.items) + kHalves - 1) / kHalves;
-  const unsigned grid = static_cast<unsigned>(std::min(spread, resident_blocks(kernel)));
-  kernel<<<grid, kThreads, 0, stream>>>(p);
+  const std::int64_t wave = std::int64_t(kMinBlocks) * std::max(device_sm_count(), 1);
+  const unsigned grid = static_cast<unsigned>(std::min(spread, wave));
+  pre_attention_kernel<Src, Dst><<<grid, kThreads, 0, stream>>>(p);
   MSA_CUDA_CHECK_LAUNCH();
 }
 
