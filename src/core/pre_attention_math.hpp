@@ -51,25 +51,18 @@ MSA_HD float sum_squares8(const float* x) {
 MSA_HD float rms_factor(float s, float eps) {
   const float m = add(mul(s, 0.0078125f), eps);
 #if defined(__CUDA_ARCH__)
-  // __frcp_rn is correctly rounded like 1 / x, and inline (no slow-path call).
-  return __frcp_rn(__fsqrt_rn(m));
+  return __fdiv_rn(1.0f, __fsqrt_rn(m));
 #else
   const float root = float(std::sqrt(double(m)));
   return float(1.0 / double(root));
 #endif
 }
 
-// The gain 1 + w of a norm weight w (the kernel stages it once per block).
-MSA_HD float gain(float w) { return add(1.0f, w); }
-
-// One normed value: (x * r) * g with g = gain(w).
-MSA_HD float norm_gained(float x, float r, float g) { return mul(mul(x, r), g); }
-MSA_HD float norm_value(float x, float r, float w) { return norm_gained(x, r, gain(w)); }
+// One normed value: (x * r) * (1 + w).
+MSA_HD float norm_value(float x, float r, float w) { return mul(mul(x, r), add(1.0f, w)); }
 
 // RoPE of the pair (a, b) = (y[j], y[j + 32]) with c = cos, s = sin of column j:
-// the new y[j] and the new y[j + 32]. rope_second(a, b, c, s) equals
-// rope_first(b, a, c, -s) bit for bit (negation is exact and x - (-y) is
-// x + y), which lets the kernel run one formula on both halves of the pair.
+// the new y[j] and the new y[j + 32].
 MSA_HD float rope_first(float a, float b, float c, float s) { return sub(mul(a, c), mul(b, s)); }
 MSA_HD float rope_second(float a, float b, float c, float s) { return add(mul(b, c), mul(a, s)); }
 

@@ -450,34 +450,4 @@ TEST(PreAttention, FastDivideIsExact) {
   }
 }
 
-
-// The identity the kernel's RoPE relies on: rope_second(a, b, c, s) is
-// rope_first(b, a, c, -s) bit for bit, for ordinary, tiny, huge, zero and
-// infinite operands (NaN results compare as NaN: every encoder maps NaN to one
-// code).
-TEST(PreAttention, RopeSecondIsRopeFirstWithNegatedSine) {
-  std::mt19937_64 rng(7);
-  const float inf = std::numeric_limits<float>::infinity();
-  std::vector<float> special = {0.0f, -0.0f, 1.0f, -1.0f, 1e-45f, -1e-45f, 1e-38f, 3e38f, -3e38f, inf, -inf, 0.5f};
-  const auto pick = [&](int k) {
-    if (k % 4 == 0) return special[rng() % special.size()];
-    std::uint32_t bits = std::uint32_t(rng());
-    float f;
-    std::memcpy(&f, &bits, sizeof(f));
-    return std::isnan(f) ? 1.25f : f;
-  };
-  for (int k = 0; k < 200000; ++k) {
-    const float a = pick(k), b = pick(k + 1), c = pick(k + 2), s = pick(k + 3);
-    const float want = msa::pre::rope_second(a, b, c, s), got = msa::pre::rope_first(b, a, c, -s);
-    if (std::isnan(want)) {
-      ASSERT_TRUE(std::isnan(got)) << a << ' ' << b << ' ' << c << ' ' << s;
-    } else {
-      std::uint32_t w, g;
-      std::memcpy(&w, &want, sizeof(w));
-      std::memcpy(&g, &got, sizeof(g));
-      ASSERT_EQ(w, g) << a << ' ' << b << ' ' << c << ' ' << s;
-    }
-  }
-}
-
 }  // namespace

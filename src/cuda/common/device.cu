@@ -1,7 +1,5 @@
 #include "cuda/common/device.hpp"
 
-#include <atomic>
-
 #include <cuda_runtime.h>
 
 #include "cuda/common/check.cuh"
@@ -19,17 +17,10 @@ int device_count() {
 }
 
 int device_sm_count() {
-  // Launchers ask on every call: the answer is kept per device (the first 64).
-  constexpr int kCached = 64;
-  static std::atomic<int> cached[kCached] = {};
   int device = 0;
   MSA_CUDA_CHECK(cudaGetDevice(&device));
-  if (device < kCached) {
-    if (const int sms = cached[device].load(std::memory_order_relaxed); sms > 0) return sms;
-  }
   int sms = 0;
   MSA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (device < kCached) cached[device].store(sms, std::memory_order_relaxed);
   return sms;
 }
 

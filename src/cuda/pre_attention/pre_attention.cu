@@ -3,32 +3,18 @@
 //
 // Work split: 16 lanes (half a warp) per (token, head) of the qkv rows, lane c
 // holding elements 8c .. 8c+7 (one 16-byte load). Items are numbered token-
-// major, head-minor, and the two halves of a warp take neighbouring items, so
-// each load instruction of a warp reads 512 consecutive bytes.
-//
-// Schedule (the kernel is bound by memory, so it keeps loads in flight): a
-// grid of at most one wave of resident blocks walks the items in passes, each
-// half taking kItems items per pass. The half's kItems fetch slots form a
-// ring: right after a slot's item is processed, the slot issues the loads of
-// the item it takes in the next pass (qkv chunk, position), so while a half
-// computes one item the qkv reads of kItems - 1 others are in flight. An
-// item's remaining loads (slot, cos/sin row) need only its position, which
-// arrived a pass early, and are issued before its arithmetic; the norm gains
-// 1 + w of the four normed head kinds are staged once per block in shared
-// memory. No load waits for another load of the same pass: an item's
-// arithmetic waits at most for one more round trip (slot, cos/sin row, mostly
-// served by the caches).
+// major, head-minor, so a warp's two halves read 512 consecutive bytes; each
+// half takes kItems items kHalves apart and issues all their loads before it
+// computes, to keep more bytes in flight per thread.
 //
 // Per item, in the order of the SEMANTICS: the sum of squares is each lane's 8
 // squares then an xor tree over the 16 lanes (the tree src/core/
-// pre_attention_math.hpp spells out for the CPU); RoPE pairs element j (lanes
-// 0-3, which load the cos of its column) with j + 32 (lanes 4-7, which load
-// the sin), the two lanes swapping values and table entries by shuffles; the
-// result is rounded to the qkv dtype, and the stores are insert_store.cuh's,
-// the very code of insert_kv / insert_index, so every cache dtype the inserts
-// know is written here the same way. All shuffles name the half's 16 lanes
-// only: the two halves of a warp may hold different kinds of heads.
-#include <algorithm>
+// pre_attention_math.hpp spells out for the CPU), RoPE pairs element j (lanes
+// 0-3) with j + 32 (lanes 4-7) by one shuffle, the result is rounded to the
+// qkv dtype, and the stores are insert_store.cuh's, the very code of
+// insert_kv / insert_index, so every cache dtype the inserts know is written
+// here the same way. All shuffles name the half's 16 lanes only: the two
+// halves of a warp may hold different kinds of heads.
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -37,7 +23,6 @@
 #include "core/check_pre_attention.hpp"
 #include "core/pre_attention_math.hpp"
 #include "cuda/common/check.cuh"
-#include "cuda/common/device.hpp"
 #include "cuda/common/device_check.cuh"
 #include "cuda/insert/insert_store.cuh"
 #include "cuda/insert/insert_util.cuh"
@@ -62,14 +47,11 @@ constexpr int kTableBf16 = 1;
 constexpr int kTableFp16 = 2;
 
 constexpr int kThreads = 256;
-constexpr int kHalves = kThreads / 16;  // halves of a block, one item each at a time
-constexpr int kItems = 3;               // items per half and pass (fetch slots)
-// Blocks per SM that __launch_bounds__ asks ptxas to fit (at most 64
-// registers a thread): 1024 threads of an SM with (kItems - 1) x 16 bytes of
-// qkv each in flight, 32 KB. A fourth slot needs more registers than that.
-constexpr int kMinBlocks = 4;
-constexpr int kNormedKinds = 4;  // q, k, index q, index key
-static_assert(kItems <= 16, "lane k of a half holds the position of fetch slot k");
+constexpr int kHalves = kThreads / 16;  // items side by side in a block
+constexpr int kItems = 2;               // items per half, kHalves apart
+// At least 3 blocks per SM: ptxas then keeps every instance under 85
+// registers without spilling (left to itself it caps them at 64 and spills).
+constexpr int kMinBlocks = 3;
 
 struct PreAttentionParams {
   KVCacheView cache;
@@ -83,7 +65,10 @@ struct PreAttentionParams {
   std::uint32_t items = 0;                // num_tokens * heads (< 2^31)
   std::int32_t nq = 0, nkv = 0, niq = 0;
   const std::int64_t* positions = nullptr;  // [num_tokens]
-  const void* weights[kNormedKinds] = {};   // [128] each, weight_tag: q, k, index q, index key
+  const void* q_weight = nullptr;           // [128] each, weight_tag
+  const void* k_weight = nullptr;
+  const void* index_q_weight = nullptr;
+  const void* index_k_weight = nullptr;
   int weight_tag = kTableF32;
   float eps = 0.0f;
   const void* cos_sin = nullptr;  // [max_position, 64] cos_sin_tag
@@ -137,35 +122,24 @@ __device__ __forceinline__ std::uint32_t float2_to_half2(float a, float b) {
   return w;
 }
 
-// 8 bf16 / fp16 values as they are in memory, packed in pairs (16 bytes at
-// once when aligned). qkv is read once: the loads are marked streaming so that
-// they do not push the tables out of the caches.
-//   src: [8] 16-bit elements
-__device__ __forceinline__ uint4 load8_bits(const std::uint16_t* src) {
-  if (insert_detail::aligned(src, 16)) return __ldcs(reinterpret_cast<const uint4*>(src));
-  std::uint32_t w[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) w[e] = std::uint32_t(src[2 * e]) | (std::uint32_t(src[2 * e + 1]) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// x[e] = the e-th of the 8 packed values, as float.
+// x[e] = src[e] for e < 8, as float (16 bytes at once when aligned).
+//   src: [8] bf16 or fp16 bits
 template <int Src>
-__device__ __forceinline__ void unpack8(const uint4& v, float* x) {
-  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+__device__ __forceinline__ void load8_half(const std::uint16_t* src, float* x) {
+  std::uint32_t w[4];
+  if (insert_detail::aligned(src, 16)) {
+    const uint4 v = *reinterpret_cast<const uint4*>(src);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) w[e] = std::uint32_t(src[2 * e]) | (std::uint32_t(src[2 * e + 1]) << 16);
+  }
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const float2 f = half2_to_float2<Src>(w[e]);
     x[2 * e] = f.x;
     x[2 * e + 1] = f.y;
   }
-}
-
-// Element i of an f32 / bf16 / fp16 table, as float.
-__device__ __forceinline__ float table_value(const void* table, int tag, int i) {
-  if (tag == kTableF32) return __ldg(static_cast<const float*>(table) + i);
-  const std::uint16_t h = __ldg(static_cast<const unsigned short*>(table) + i);
-  return tag == kTableBf16 ? num::bf16_to_float(h) : num::fp16_to_float(h);
 }
 
 // Elements i .. i+7 of an f32 / bf16 / fp16 table, as float.
@@ -182,19 +156,10 @@ __device__ __forceinline__ void load8_table(const void* table, int tag, std::int
 #pragma unroll
       for (int e = 0; e < 8; ++e) out[e] = __ldg(p + e);
     }
+  } else if (tag == kTableBf16) {
+    load8_half<insert_detail::kSrcBf16>(static_cast<const std::uint16_t*>(table) + i, out);
   } else {
-    const auto* p = static_cast<const unsigned short*>(table) + i;
-    uint4 v;
-    if (insert_detail::aligned(p, 16)) {
-      v = __ldg(reinterpret_cast<const uint4*>(p));
-    } else {
-      std::uint32_t w[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) w[e] = std::uint32_t(__ldg(p + 2 * e)) | (std::uint32_t(__ldg(p + 2 * e + 1)) << 16);
-      v = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-    if (tag == kTableBf16) unpack8<insert_detail::kSrcBf16>(v, out);
-    else unpack8<insert_detail::kSrcFp16>(v, out);
+    load8_half<insert_detail::kSrcFp16>(static_cast<const std::uint16_t*>(table) + i, out);
   }
 }
 
@@ -231,67 +196,65 @@ __device__ __forceinline__ void store8_output(void* base, int tag, std::int64_t 
   }
 }
 
-// ---- the norm gains in shared memory ------------------------------------------------
-// gains[k][d] = 1 + w_k[d] for the normed kinds k = q, k, index q, index key.
-//   gains: [4, 128] shared
-__device__ __forceinline__ void stage_gains(const PreAttentionParams& p, float* gains) {
-  for (int i = threadIdx.x; i < kNormedKinds * kHeadDim; i += kThreads)
-    gains[i] = pre::gain(table_value(p.weights[i / kHeadDim], p.weight_tag, i % kHeadDim));
-}
-
-// The row of `gains` of a normed head kind.
-__device__ __forceinline__ int gain_row(HeadKind kind) {
-  return kind == HeadKind::q ? 0 : kind == HeadKind::k ? 1 : kind == HeadKind::index_q ? 2 : 3;
-}
-
-// ---- one item -----------------------------------------------------------------------
-struct ItemPlace {
-  std::uint32_t token;
-  std::int32_t head;
+// What one item's loads bring in.
+struct Item {
+  bool valid = false;
+  std::int64_t token = 0;
+  std::int32_t head = 0;
+  HeadKind kind = HeadKind::q;
+  std::int64_t position = 0;
+  std::int64_t slot = -1;  // K / V: the main slot; index key: the index slot
+  float x[8];
 };
 
-__device__ __forceinline__ ItemPlace place(const PreAttentionParams& p, std::uint32_t item) {
+template <int Src>
+__device__ __forceinline__ void load_item(const PreAttentionParams& p, std::uint32_t item, int c, Item& it) {
+  it.valid = item < p.items;
+  if (!it.valid) return;
   const std::uint32_t token = p.by_heads.divide(item);
-  return {token, static_cast<std::int32_t>(item - token * p.heads)};
-}
-
-// Issues the loads of `item` (nothing when it is past the end) for fetch slot
-// k: this lane's qkv chunk, and the token's position into lane k of the half
-// (the half's lanes hold one position each, which keeps registers for more
-// chunks in flight).
-//   chunk: this lane's 8 qkv values, packed   position: the lane's slot's position
-__device__ __forceinline__ void fetch(const PreAttentionParams& p, std::uint32_t item, int c, int k, uint4& chunk,
-                                      std::int64_t& position) {
-  if (item >= p.items) return;
-  const ItemPlace at = place(p, item);
-  chunk = load8_bits(p.qkv + std::int64_t(at.token) * p.row_stride + std::int64_t(at.head) * kHeadDim + 8 * c);
-  if (c == k) position = __ldg(p.positions + at.token);
+  it.token = token;
+  it.head = static_cast<std::int32_t>(item - token * p.heads);
+  it.kind = pre::head_kind(it.head, p.nq, p.nkv, p.niq);
+  load8_half<Src>(p.qkv + it.token * p.row_stride + std::int64_t(it.head) * kHeadDim + 8 * c, it.x);
+  it.position = __ldg(p.positions + it.token);
+  if (it.kind == HeadKind::k || it.kind == HeadKind::v) it.slot = __ldg(p.slots + it.token);
+  else if (it.kind == HeadKind::index_k) it.slot = __ldg(p.index_slots + it.token);
 }
 
 // Steps 1-3 of the SEMANTICS for this lane's 8 values: x becomes u, and
 // `bits` holds u in the qkv dtype, packed in pairs.
-//   x: [8]   g: [8] this lane's gains   t: [8] lanes 0-3: cos, lanes 4-7: sin
-//   of the lane's RoPE columns 8 (c & 3) .. 8 (c & 3) + 7   bits: [4]
+//   x: [8]   bits: [4]
 template <int Src>
-__device__ __forceinline__ void norm_rope(float eps, int c, unsigned mask, const float* g, const float* t, float* x,
-                                          std::uint32_t* bits) {
+__device__ __forceinline__ void norm_rope(const PreAttentionParams& p, const Item& it, int c, unsigned mask,
+                                          float* x, std::uint32_t* bits) {
+  const void* weight = it.kind == HeadKind::q ? p.q_weight
+                       : it.kind == HeadKind::k ? p.k_weight
+                       : it.kind == HeadKind::index_q ? p.index_q_weight
+                                                      : p.index_k_weight;
+  float w[8];
+  load8_table(weight, p.weight_tag, 8 * c, w);
   float s = pre::sum_squares8(x);
 #pragma unroll
   for (int m = 8; m >= 1; m >>= 1) s = pre::add(s, __shfl_xor_sync(mask, s, m));
-  const float r = pre::rms_factor(s, eps);
+  const float r = pre::rms_factor(s, p.eps);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) x[e] = pre::norm_gained(x[e], r, g[e]);
+  for (int e = 0; e < 8; ++e) x[e] = pre::norm_value(x[e], r, w[e]);
 
-  // RoPE: lanes 0-3 hold y[j] (j < 32) and cos, lanes 4-7 y[j + 32] and sin;
-  // lane pairs (c, c + 4) swap both by shuffles. Every lane of the half takes
-  // part, lanes 8-15 (dims 64..127) keep their values. Lanes 4-7 run
-  // rope_first with the sine negated, which is rope_second.
+  // RoPE: lanes 0-3 hold y[j] (j < 32), lanes 4-7 y[j + 32]; every lane of the
+  // half takes part in the shuffles, lanes 8-15 (dims 64..127) keep their values.
+  float partner[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const float partner = __shfl_xor_sync(mask, x[e], 4);
-    const float other = __shfl_xor_sync(mask, t[e], 4);
-    if (c < 4) x[e] = pre::rope_first(x[e], partner, t[e], other);
-    else if (c < 8) x[e] = pre::rope_first(x[e], partner, other, -t[e]);
+  for (int e = 0; e < 8; ++e) partner[e] = __shfl_xor_sync(mask, x[e], 4);
+  if (c < 8) {
+    constexpr int half = kRopeDims / 2;
+    float cs[8], sn[8];
+    const std::int64_t row = it.position * kRopeDims + 8 * (c & 3);
+    load8_table(p.cos_sin, p.cos_sin_tag, row, cs);
+    load8_table(p.cos_sin, p.cos_sin_tag, row + half, sn);
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      x[e] = c < 4 ? pre::rope_first(x[e], partner[e], cs[e], sn[e])
+                   : pre::rope_second(partner[e], x[e], cs[e], sn[e]);
   }
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -312,125 +275,75 @@ __device__ __forceinline__ bool slot_in_cache(std::int64_t slot, std::int64_t pa
 }
 
 template <int Src, int Dst>
-__device__ __forceinline__ void process_item(const PreAttentionParams& p, const float* gains, std::uint32_t item,
-                                             const uint4& chunk, std::int64_t position, int c,
-                                             unsigned mask) {
-  const ItemPlace at = place(p, item);
-  const std::int64_t token = at.token;
-  const HeadKind kind = pre::head_kind(at.head, p.nq, p.nkv, p.niq);
-  if (position < 0 || position >= p.max_position) {  // the token is skipped whole
-    if (at.head == 0 && c == 0)
-      detail::record_bad(p.check, detail::kBadPosition, token, 0, 0, position, p.max_position);
+__device__ __forceinline__ void process_item(const PreAttentionParams& p, Item& it, int c, unsigned mask) {
+  if (it.position < 0 || it.position >= p.max_position) {  // the token is skipped whole
+    if (it.head == 0 && c == 0)
+      detail::record_bad(p.check, detail::kBadPosition, it.token, 0, 0, it.position, p.max_position);
     return;
   }
-  // Every load before any arithmetic: the slot, the cos/sin row, the gains.
-  std::int64_t slot = -1;
-  if (kind == HeadKind::k || kind == HeadKind::v) slot = __ldg(p.slots + token);
-  else if (kind == HeadKind::index_k) slot = __ldg(p.index_slots + token);
-  float x[8];
-  unpack8<Src>(chunk, x);
   const bool lead = c == 0;
-  if (kind == HeadKind::v) {
-    if (slot < 0) return;
-    if (!slot_in_cache(slot, p.cache.num_pages, p.check, detail::kBadSlot, token, false)) return;
-    const std::int64_t page = slot / kBlockSize;
-    insert_detail::store_kv8<Dst>(p.cache, page, at.head - p.nq - p.nkv, slot - page * kBlockSize, 1, c, x, mask);
+  if (it.kind == HeadKind::v) {
+    if (it.slot < 0) return;
+    if (!slot_in_cache(it.slot, p.cache.num_pages, p.check, detail::kBadSlot, it.token, false)) return;
+    const std::int64_t page = it.slot / kBlockSize;
+    insert_detail::store_kv8<Dst>(p.cache, page, it.head - p.nq - p.nkv, it.slot - page * kBlockSize, 1, c,
+                                  it.x, mask);
     return;
   }
-  float t[8] = {};  // lanes 0-7: the row's elements 8c .. 8c+7 (cos for c < 4, sin for 4 <= c < 8)
-  if (c < 8) load8_table(p.cos_sin, p.cos_sin_tag, position * kRopeDims + 8 * c, t);
-  float g[8];
-  const float4* gain4 = reinterpret_cast<const float4*>(gains + gain_row(kind) * kHeadDim + 8 * c);
-  const float4 g0 = gain4[0], g1 = gain4[1];
-  g[0] = g0.x, g[1] = g0.y, g[2] = g0.z, g[3] = g0.w, g[4] = g1.x, g[5] = g1.y, g[6] = g1.z, g[7] = g1.w;
-
   std::uint32_t bits[4];
-  norm_rope<Src>(p.eps, c, mask, g, t, x, bits);
-  switch (kind) {
+  norm_rope<Src>(p, it, c, mask, it.x, bits);
+  switch (it.kind) {
     case HeadKind::q:
-      store8_output<Src>(p.q, p.q_tag, (token * p.nq + at.head) * kHeadDim + 8 * c, x, bits, p.q_scale);
+      store8_output<Src>(p.q, p.q_tag, (it.token * p.nq + it.head) * kHeadDim + 8 * c, it.x, bits, p.q_scale);
       break;
     case HeadKind::index_q:
-      store8_output<Src>(p.index_q, p.index_q_tag, (token * p.niq + (at.head - p.nq - 2 * p.nkv)) * kHeadDim + 8 * c,
-                         x, bits, 1.0f);
+      store8_output<Src>(p.index_q, p.index_q_tag,
+                         (it.token * p.niq + (it.head - p.nq - 2 * p.nkv)) * kHeadDim + 8 * c, it.x, bits, 1.0f);
       break;
     case HeadKind::k: {
-      if (slot < 0) break;
-      const std::int32_t h = at.head - p.nq;
-      if (!slot_in_cache(slot, p.cache.num_pages, p.check, detail::kBadSlot, token, lead && h == 0)) break;
-      const std::int64_t page = slot / kBlockSize;
-      insert_detail::store_kv8<Dst>(p.cache, page, h, slot - page * kBlockSize, 0, c, x, mask);
+      if (it.slot < 0) break;
+      const std::int32_t h = it.head - p.nq;
+      if (!slot_in_cache(it.slot, p.cache.num_pages, p.check, detail::kBadSlot, it.token, lead && h == 0)) break;
+      const std::int64_t page = it.slot / kBlockSize;
+      insert_detail::store_kv8<Dst>(p.cache, page, h, it.slot - page * kBlockSize, 0, c, it.x, mask);
       break;
     }
     default: {  // the index key
-      if (slot < 0) break;
-      if (!slot_in_cache(slot, p.index_cache.num_pages, p.check, detail::kBadIndexSlot, token, lead)) break;
-      const std::int64_t page = slot / kBlockSize;
-      insert_detail::store_index8_tagged(p.index_tag, p.index_cache, page, slot - page * kBlockSize, c, x, mask);
+      if (it.slot < 0) break;
+      if (!slot_in_cache(it.slot, p.index_cache.num_pages, p.check, detail::kBadIndexSlot, it.token, lead)) break;
+      const std::int64_t page = it.slot / kBlockSize;
+      insert_detail::store_index8_tagged(p.index_tag, p.index_cache, page, it.slot - page * kBlockSize, c, it.x,
+                                         mask);
       break;
     }
   }
 }
 
-// ---- the kernel ---------------------------------------------------------------------
-// Half h of the grid (of `halves`) takes, in pass r, the items
-// r * kItems * halves + k * halves + h for k < kItems. Its kItems fetch slots
-// form a ring: right after slot k's item is processed, the slot fetches the
-// item it takes in the next pass, so kItems - 1 items of every half are in
-// flight while it computes.
 template <int Src, int Dst>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) pre_attention_kernel(const PreAttentionParams p) {
-  __shared__ __align__(16) float gains[kNormedKinds * kHeadDim];
   const int lane = threadIdx.x & 31;
   const int c = lane & 15;
   const unsigned mask = 0xFFFFu << (lane & 16);  // this half's lanes
-  const std::uint32_t halves = gridDim.x * kHalves;
-  const std::uint32_t pass = halves * kItems;  // items of one pass of the grid
-
-  std::uint32_t first = blockIdx.x * kHalves + (threadIdx.x >> 4);
-  uint4 chunk[kItems];
-  std::int64_t position = 0;  // lane k < kItems: slot k's
+  const std::uint32_t first = blockIdx.x * (kHalves * kItems) + (threadIdx.x >> 4);
+  Item items[kItems];
 #pragma unroll
-  for (int k = 0; k < kItems; ++k) fetch(p, first + k * halves, c, k, chunk[k], position);
-  stage_gains(p, gains);  // while the first loads are in flight
-  __syncthreads();
-
-  // items < 2^31 and a pass is at most a wave of halves times kItems: item +
-  // pass never wraps.
-  for (; first < p.items; first += pass) {
+  for (int k = 0; k < kItems; ++k) load_item<Src>(p, first + k * kHalves, c, items[k]);
 #pragma unroll
-    for (int k = 0; k < kItems; ++k) {
-      const std::uint32_t item = first + k * halves;
-      if (item >= p.items) break;
-      const std::int64_t at = __shfl_sync(mask, position, k, 16);
-      process_item<Src, Dst>(p, gains, item, chunk[k], at, c, mask);
-      fetch(p, item + pass, c, k, chunk[k], position);
-    }
-  }
-}
-
-template <int Src, int Dst>
-void launch(const PreAttentionParams& p, cudaStream_t stream) {
-  // One item per half while they fit in one wave of resident blocks (the
-  // shortest path for few tokens), else one wave that walks the rest in passes.
-  // __launch_bounds__ fits kMinBlocks blocks on an SM, and the kernel takes
-  // all the registers that leaves it, so no more fit.
-  const std::int64_t spread = (std::int64_t(p.items) + kHalves - 1) / kHalves;
-  const std::int64_t wave = std::int64_t(kMinBlocks) * std::max(device_sm_count(), 1);
-  const unsigned grid = static_cast<unsigned>(std::min(spread, wave));
-  pre_attention_kernel<Src, Dst><<<grid, kThreads, 0, stream>>>(p);
-  MSA_CUDA_CHECK_LAUNCH();
+  for (int k = 0; k < kItems; ++k)
+    if (items[k].valid) process_item<Src, Dst>(p, items[k], c, mask);
 }
 
 template <int Src>
 void launch(const PreAttentionParams& p, int dst, cudaStream_t stream) {
+  const dim3 grid((p.items + kHalves * kItems - 1) / (kHalves * kItems));
   switch (dst) {
-    case kDstBf16: launch<Src, kDstBf16>(p, stream); break;
-    case kDstFp16: launch<Src, kDstFp16>(p, stream); break;
-    case kDstE4m3: launch<Src, kDstE4m3>(p, stream); break;
-    case kDstE5m2: launch<Src, kDstE5m2>(p, stream); break;
-    default: launch<Src, kDstNvfp4>(p, stream); break;
+    case kDstBf16: pre_attention_kernel<Src, kDstBf16><<<grid, kThreads, 0, stream>>>(p); break;
+    case kDstFp16: pre_attention_kernel<Src, kDstFp16><<<grid, kThreads, 0, stream>>>(p); break;
+    case kDstE4m3: pre_attention_kernel<Src, kDstE4m3><<<grid, kThreads, 0, stream>>>(p); break;
+    case kDstE5m2: pre_attention_kernel<Src, kDstE5m2><<<grid, kThreads, 0, stream>>>(p); break;
+    default: pre_attention_kernel<Src, kDstNvfp4><<<grid, kThreads, 0, stream>>>(p); break;
   }
+  MSA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -459,10 +372,10 @@ void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache, 
   p.nkv = a.num_kv_heads;
   p.niq = a.num_index_heads;
   p.positions = a.positions;
-  p.weights[0] = a.q_weight;
-  p.weights[1] = a.k_weight;
-  p.weights[2] = a.index_q_weight;
-  p.weights[3] = a.index_k_weight;
+  p.q_weight = a.q_weight;
+  p.k_weight = a.k_weight;
+  p.index_q_weight = a.index_q_weight;
+  p.index_k_weight = a.index_k_weight;
   p.weight_tag = table_tag(a.weight_dtype);
   p.eps = a.eps;
   p.cos_sin = a.cos_sin;
