@@ -735,6 +735,21 @@ TEST(CudaIndexer, SelectTopkAdversarialScores) {
   check_select_on_adversarial_scores(seq_lens, rng);
 }
 
+// A step of few long rows selects with a block per row, one of many rows with
+// a warp per row: the same rows (up to 100K tokens) in a step of each kind.
+TEST(CudaIndexer, SelectTopkBlockAndWarpRows) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(46);
+  MSA_TRACE_SEED(seed);
+  std::mt19937_64 rng(seed);
+  std::vector<int> seq_lens;
+  for (int r = 0; r < 100; ++r) seq_lens.push_back(1 + int(rng() % 100000));
+  // 100 requests of 1 or 3 tokens, 3 heads: over 264 rows, a warp per row.
+  check_select_on_adversarial_scores(seq_lens, rng);
+  // The first 8: a block per row.
+  check_select_on_adversarial_scores({seq_lens.begin(), seq_lens.begin() + 8}, rng);
+}
+
 // Long rows: the selection stages a row's keys in shared memory up to about
 // 10K blocks per row (fewer rows per CTA as rows grow) and reads the scores in
 // place beyond; both sides of that limit.

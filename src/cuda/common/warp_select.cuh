@@ -55,6 +55,49 @@ struct Threshold {
   }
 };
 
+// One radix pass's decision, taken by one warp over a filled histogram: the
+// digit of the want-th best key among the prefix's candidates, how many of
+// them rank above that digit, and how many share it.
+struct Digit {
+  std::uint32_t digit = 0, above = 0, equal = 0;
+};
+__device__ __forceinline__ Digit pick_digit(const std::uint32_t* hist, std::uint32_t want, int lane) {
+  // Lane l holds bins 255 - 8l - j, j = 0..7: the highest keys in lane 0.
+  std::uint32_t cnt[8];
+  std::uint32_t sum = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    cnt[j] = hist[kBins - 1 - 8 * lane - j];
+    sum += cnt[j];
+  }
+  std::uint32_t incl = sum;
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const std::uint32_t v = __shfl_up_sync(0xffffffffu, incl, m);
+    if (lane >= m) incl += v;
+  }
+  const std::uint32_t excl = incl - sum;
+  // The lane whose bins hold the want-th best key.
+  const int src = __ffs(__ballot_sync(0xffffffffu, excl < want && want <= incl)) - 1;
+  Digit d{0, excl, 0};
+  if (lane == src) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      if (d.equal != 0) continue;
+      if (d.above + cnt[j] >= want) {
+        d.digit = kBins - 1 - 8 * lane - j;
+        d.equal = cnt[j];
+      } else {
+        d.above += cnt[j];
+      }
+    }
+  }
+  d.digit = __shfl_sync(0xffffffffu, d.digit, src);
+  d.above = __shfl_sync(0xffffffffu, d.above, src);
+  d.equal = __shfl_sync(0xffffffffu, d.equal, src);
+  return d;
+}
+
 // Radix select of the `pick` best of `count` candidates (count > pick >= 1),
 // candidate i having the order key key_at(i); stops as soon as every candidate
 // of the prefix wins. Every lane of the warp calls it together.
@@ -73,44 +116,47 @@ __device__ __forceinline__ Threshold radix_threshold(const KeyAt& key_at, std::i
       if (shift == 24 || (k >> (shift + 8)) == prefix) atomicAdd(&hist[(k >> shift) & 0xFFu], 1u);
     }
     __syncwarp();
-    // Lane l holds bins 255 - 8l - j, j = 0..7: the highest keys in lane 0.
-    std::uint32_t cnt[8];
-    std::uint32_t sum = 0;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      cnt[j] = hist[kBins - 1 - 8 * lane - j];
-      sum += cnt[j];
-    }
-    std::uint32_t incl = sum;
-#pragma unroll
-    for (int m = 1; m < 32; m <<= 1) {
-      const std::uint32_t v = __shfl_up_sync(0xffffffffu, incl, m);
-      if (lane >= m) incl += v;
-    }
-    const std::uint32_t excl = incl - sum;
-    const auto want = static_cast<std::uint32_t>(need);
-    // The lane whose bins hold the want-th best key.
-    const int src = __ffs(__ballot_sync(0xffffffffu, excl < want && want <= incl)) - 1;
-    std::uint32_t digit = 0, above = excl, equal = 0;
-    if (lane == src) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (equal != 0) continue;
-        if (above + cnt[j] >= want) {
-          digit = kBins - 1 - 8 * lane - j;
-          equal = cnt[j];
-        } else {
-          above += cnt[j];
-        }
-      }
-    }
-    digit = __shfl_sync(0xffffffffu, digit, src);
-    above = __shfl_sync(0xffffffffu, above, src);
-    equal = __shfl_sync(0xffffffffu, equal, src);
-    need -= static_cast<std::int32_t>(above);
-    prefix = (prefix << 8) | digit;
+    const Digit d = pick_digit(hist, static_cast<std::uint32_t>(need), lane);
+    need -= static_cast<std::int32_t>(d.above);
+    prefix = (prefix << 8) | d.digit;
     __syncwarp();  // the histogram is cleared again by the next pass
-    if (equal == static_cast<std::uint32_t>(need) || shift == 0) return Threshold{prefix, shift, need};
+    if (d.equal == static_cast<std::uint32_t>(need) || shift == 0) return Threshold{prefix, shift, need};
+  }
+}
+
+// The same threshold found by a whole thread block (blockDim.x a multiple of
+// 32), for long rows: every thread counts into one histogram, warp 0 decides.
+// Every thread of the block calls it together.
+//   hist: [kBins] the block's histogram in shared memory
+//   decided: the block's copy of the pass's outcome in shared memory
+template <class KeyAt>
+__device__ __forceinline__ Threshold block_radix_threshold(const KeyAt& key_at, std::int32_t count,
+                                                           std::int32_t pick, std::uint32_t* hist,
+                                                           Threshold* decided) {
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31;
+  std::uint32_t prefix = 0;
+  std::int32_t need = pick;
+  for (int shift = 24;; shift -= 8) {
+    for (int i = tid; i < kBins; i += blockDim.x) hist[i] = 0;
+    __syncthreads();
+    for (std::int32_t i = tid; i < count; i += blockDim.x) {
+      const std::uint32_t k = key_at(i);
+      if (shift == 24 || (k >> (shift + 8)) == prefix) atomicAdd(&hist[(k >> shift) & 0xFFu], 1u);
+    }
+    __syncthreads();
+    if (tid < 32) {
+      const Digit d = pick_digit(hist, static_cast<std::uint32_t>(need), lane);
+      const std::int32_t left = need - static_cast<std::int32_t>(d.above);
+      // need < 0 marks the last pass.
+      const bool last = d.equal == static_cast<std::uint32_t>(left) || shift == 0;
+      if (lane == 0) *decided = Threshold{(prefix << 8) | d.digit, shift, last ? -1 - left : left};
+    }
+    __syncthreads();
+    const Threshold t = *decided;
+    __syncthreads();  // read by every thread before warp 0 writes it again
+    prefix = t.prefix;
+    if (t.need < 0) return Threshold{prefix, shift, -1 - t.need};
+    need = t.need;
   }
 }
 

@@ -15,6 +15,12 @@
 // round trip to L2 per 32 candidates: a 1,024-block row took ~20 us that way.
 // Rows longer than the launch's stage (a few rows of over 10K blocks, 1.3M
 // tokens) read the scores where they are.
+//
+// A step of few long rows (a small decode batch at long context) would leave
+// most SMs idle and each row's passes on one warp; there a whole block of
+// kWarps warps takes a row (select_block_kernel): one histogram for the block,
+// and the ascending pass cut into one contiguous chunk per warp, each warp
+// told how many winners and threshold ties the chunks before it hold.
 #include <algorithm>
 #include <cstdint>
 
@@ -30,12 +36,17 @@ using warp::kBins;
 using warp::lanes_below;
 using warp::order_key;
 using warp::radix_threshold;
+using warp::block_radix_threshold;
 using warp::Threshold;
 
 constexpr int kWarps = 8;  // at most, per CTA
 // Shared memory for the staged keys of a CTA, within the 48 KB a kernel may
 // use without opting in (the histograms take 8 KB).
 constexpr std::int32_t kStageBytes = 40 * 1024;
+// Steps of at most kBlockRows rows, each up to at least kBlockRowBlocks
+// blocks long, select with a block per row (two waves of 132 SMs at most).
+constexpr std::int64_t kBlockRows = 264;
+constexpr std::int32_t kBlockRowBlocks = 256;
 
 struct SelectParams {
   StepView step;
@@ -68,6 +79,43 @@ __device__ __forceinline__ void select_between(const KeyAt& key_at, std::int32_t
   }
 }
 
+// A row's selection problem (contract 5): n = last + 1 eligible blocks, of
+// which [0, head) and [tail, n) are forced when n > topk, and `pick` places go
+// to candidates [head, tail).
+struct Row {
+  std::int32_t* out = nullptr;  // [topk]
+  const float* scores = nullptr;  // [max_blocks]
+  std::int32_t n = 0, head = 0, tail = 0, pick = 0;
+};
+
+// Fills the row's tail, writes everything but the picked candidates (thread
+// `i` of `threads`), and says whether candidates remain to be picked.
+__device__ __forceinline__ bool prepare_row(const SelectParams& p, std::int64_t row, int i, int threads, Row& r) {
+  const std::int32_t t = static_cast<std::int32_t>(row / p.num_heads);
+  const std::int32_t h = static_cast<std::int32_t>(row - std::int64_t(t) * p.num_heads);
+  const std::int32_t pos = p.step.position(t);
+  const std::int32_t last = pos < 0 ? -1 : min(pos / kBlockSize, p.block_limit - 1);
+  r.scores = p.scores + row * p.max_blocks;
+  if (p.fill != nullptr) {
+    float* f = p.fill + row * p.max_blocks;
+    for (std::int32_t b = last + 1 + i; b < p.max_blocks; b += threads) f[b] = -INFINITY;
+  }
+  r.out = p.out.row(t, h);
+  const std::int32_t K = p.out.topk;
+  r.n = last + 1;
+  if (r.n <= K) {
+    for (std::int32_t k = i; k < K; k += threads) r.out[k] = k < r.n ? k : -1;
+    return false;
+  }
+  r.head = p.init_blocks;
+  r.tail = r.n - p.local_blocks;
+  r.pick = K - p.init_blocks - p.local_blocks;
+  for (std::int32_t k = i; k < r.head; k += threads) r.out[k] = k;
+  for (std::int32_t j = i; j < p.local_blocks; j += threads) r.out[K - p.local_blocks + j] = r.tail + j;
+  return r.pick > 0;
+}
+
+// One warp per row.
 __global__ void __launch_bounds__(kWarps * 32) select_kernel(const SelectParams p) {
   __shared__ std::uint32_t hist_all[kWarps][kBins];
   extern __shared__ std::uint32_t staged_all[];  // [warps][p.stage]
@@ -75,39 +123,82 @@ __global__ void __launch_bounds__(kWarps * 32) select_kernel(const SelectParams 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const std::int64_t row = std::int64_t(blockIdx.x) * warps + warp;
   if (row >= p.num_rows) return;  // whole warp; no block-wide barrier below
-  const std::int32_t t = static_cast<std::int32_t>(row / p.num_heads);
-  const std::int32_t h = static_cast<std::int32_t>(row - std::int64_t(t) * p.num_heads);
-  const std::int32_t pos = p.step.position(t);
-  const std::int32_t last = pos < 0 ? -1 : min(pos / kBlockSize, p.block_limit - 1);
-  const float* s = p.scores + row * p.max_blocks;  // [max_blocks]
-  if (p.fill != nullptr) {
-    float* f = p.fill + row * p.max_blocks;
-    for (std::int32_t b = last + 1 + lane; b < p.max_blocks; b += 32) f[b] = -INFINITY;
-  }
-  std::int32_t* out = p.out.row(t, h);  // [topk]
-  const std::int32_t K = p.out.topk;
-  const std::int32_t n = last + 1;
-  if (n <= K) {
-    for (std::int32_t k = lane; k < K; k += 32) out[k] = k < n ? k : -1;
-    return;
-  }
-  const std::int32_t head = p.init_blocks;
-  const std::int32_t tail = n - p.local_blocks;
-  const std::int32_t pick = K - p.init_blocks - p.local_blocks;
-  for (std::int32_t k = lane; k < head; k += 32) out[k] = k;
-  for (std::int32_t i = lane; i < p.local_blocks; i += 32) out[K - p.local_blocks + i] = tail + i;
-  if (pick <= 0) return;
-
-  const std::int32_t count = tail - head;
+  Row r;
+  if (!prepare_row(p, row, lane, 32, r)) return;
+  const std::int32_t count = r.tail - r.head;
+  const float* s = r.scores;
+  const std::int32_t head = r.head;
   if (count <= p.stage) {
     std::uint32_t* keys = staged_all + std::int64_t(warp) * p.stage;  // [count]
 #pragma unroll 8
     for (std::int32_t i = lane; i < count; i += 32) keys[i] = order_key(s[head + i]);
     __syncwarp();
-    select_between([keys](std::int32_t i) { return keys[i]; }, head, tail, pick, hist_all[warp], out, lane);
+    select_between([keys](std::int32_t i) { return keys[i]; }, head, r.tail, r.pick, hist_all[warp], r.out, lane);
   } else {
-    select_between([s, head](std::int32_t i) { return order_key(s[head + i]); }, head, tail, pick, hist_all[warp],
-                   out, lane);
+    select_between([s, head](std::int32_t i) { return order_key(s[head + i]); }, head, r.tail, r.pick,
+                   hist_all[warp], r.out, lane);
+  }
+}
+
+// The block's winners among candidates [head, tail) in ascending order, the
+// threshold already known: warp w walks chunk w.
+//   counts: [kWarps][2] shared scratch (keys above the threshold, ties)
+template <class KeyAt>
+__device__ __forceinline__ void block_take(const KeyAt& key_at, const Threshold& th, std::int32_t head,
+                                           std::int32_t tail, std::int32_t* out, std::int32_t (*counts)[2]) {
+  const int warps = int(blockDim.x >> 5);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const std::int32_t count = tail - head;
+  const std::int32_t chunk = (count + warps * 32 - 1) / (warps * 32) * 32;
+  const std::int32_t lo = min(count, warp * chunk), hi = min(count, lo + chunk);
+  std::int32_t above = 0, ties = 0;
+  for (std::int32_t base = lo; base < hi; base += 32) {
+    const std::int32_t i = base + lane;
+    const std::uint32_t k = i < hi ? key_at(i) >> th.shift : 0u;
+    above += __popc(__ballot_sync(0xffffffffu, i < hi && k > th.prefix));
+    ties += __popc(__ballot_sync(0xffffffffu, i < hi && k == th.prefix));
+  }
+  if (lane == 0) counts[warp][0] = above, counts[warp][1] = ties;
+  __syncthreads();
+  // Winners and ties of the chunks before this one.
+  std::int32_t written = 0, ties_seen = 0;
+  for (int w = 0; w < warp; ++w) {
+    written += counts[w][0] + max(0, min(counts[w][1], th.need - ties_seen));
+    ties_seen += counts[w][1];
+  }
+  for (std::int32_t base = lo; base < hi; base += 32) {
+    const std::int32_t i = base + lane;
+    const bool in = i < hi;
+    const bool take = th.takes(in, in ? key_at(i) : 0u, lane, ties_seen);
+    const std::uint32_t takes = __ballot_sync(0xffffffffu, take);
+    if (take) out[head + written + __popc(takes & lanes_below(lane))] = head + i;
+    written += __popc(takes);
+  }
+}
+
+// One block per row.
+__global__ void __launch_bounds__(kWarps * 32) select_block_kernel(const SelectParams p) {
+  __shared__ std::uint32_t hist[kBins];
+  __shared__ Threshold decided;
+  __shared__ std::int32_t counts[kWarps][2];
+  extern __shared__ std::uint32_t staged[];  // [p.stage]
+  const std::int64_t row = blockIdx.x;
+  Row r;
+  // Every thread of the block takes the same branch (the row is the block's).
+  if (!prepare_row(p, row, int(threadIdx.x), int(blockDim.x), r)) return;
+  const std::int32_t count = r.tail - r.head;
+  const float* s = r.scores;
+  const std::int32_t head = r.head;
+  if (count <= p.stage) {
+    for (std::int32_t i = threadIdx.x; i < count; i += blockDim.x) staged[i] = order_key(s[head + i]);
+    __syncthreads();
+    const auto key_at = [](std::int32_t i) { return staged[i]; };
+    const Threshold th = block_radix_threshold(key_at, count, r.pick, hist, &decided);
+    block_take(key_at, th, head, r.tail, r.out, counts);
+  } else {
+    const auto key_at = [s, head](std::int32_t i) { return order_key(s[head + i]); };
+    const Threshold th = block_radix_threshold(key_at, count, r.pick, hist, &decided);
+    block_take(key_at, th, head, r.tail, r.out, counts);
   }
 }
 
@@ -128,9 +219,16 @@ void launch_select(const StepView& step, const float* scores, float* fill, std::
   p.local_blocks = local_blocks;
   p.num_rows = std::int64_t(step.num_tokens) * num_kv_heads;
   if (p.num_rows == 0) return;
+  const std::int64_t stage = (std::int64_t(std::max(block_limit, 1)) + 31) / 32 * 32;
+  if (p.num_rows <= kBlockRows && block_limit >= kBlockRowBlocks) {
+    // Few long rows: a block per row, its candidates staged when they fit.
+    p.stage = stage * 4 <= kStageBytes ? static_cast<std::int32_t>(stage) : 0;
+    select_block_kernel<<<static_cast<unsigned>(p.num_rows), kWarps * 32, std::size_t(p.stage) * 4, stream>>>(p);
+    MSA_CUDA_CHECK_LAUNCH();
+    return;
+  }
   // Every row's candidates fit the stage when a warp's share of kStageBytes
   // holds block_limit keys; fewer warps per CTA for longer rows.
-  const std::int64_t stage = (std::int64_t(std::max(block_limit, 1)) + 31) / 32 * 32;
   int warps = kWarps;
   while (warps > 1 && std::int64_t(warps) * stage * 4 > kStageBytes) --warps;
   p.stage = stage * 4 <= kStageBytes ? static_cast<std::int32_t>(stage) : 0;
