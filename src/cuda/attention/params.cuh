@@ -5,31 +5,18 @@
 
 #include <cstdint>
 
+#include "cuda/attention/kv_format.hpp"
 #include "msa/cache.hpp"
 #include "msa/ops.hpp"
 
 namespace msa::cuda::attention {
-
-// How the KV cache is staged into shared memory.
-enum class KvKind : int {
-  half,   // bf16 / fp16 cache read as is (its dtype is the MMA dtype)
-  e4m3,   // fp8 e4m3 codes, widened to the MMA dtype while staging
-  e5m2,   // fp8 e5m2 codes, widened likewise
-  nvfp4,  // e2m1 codes x e4m3 group scales (contract 4.3), widened likewise
-};
 
 // Query element types (runtime: the query is converted once per CTA).
 enum QueryKind : int { kQueryBf16 = 0, kQueryFp16 = 1, kQueryE4m3 = 2 };
 
 inline constexpr int kThreads = 128;      // 4 warps per CTA
 inline constexpr int kRows = 16;          // query rows per CTA (a GQA group, padded)
-inline constexpr int kBlockKeys = 128;    // keys per selected block (= page size)
-inline constexpr int kDim = 128;          // head dim
 inline constexpr int kMaxEntries = 64;    // largest top-k
-inline constexpr int kRowBytes = kDim * 2;                 // 256: a 16-bit row of 128 dims
-inline constexpr int kTileBytes = kBlockKeys * kRowBytes;  // 32 KiB: one 16-bit K or V tile
-inline constexpr int kFp8RawBytes = kBlockKeys * kDim;     // 16 KiB: one fp8 K or V block
-inline constexpr int kNvfp4SlotBytes = kBlockKeys * 72;    // 9216: one nvfp4 K or V slot
 
 // A key-major work item: `count` tokens of one k2q row (KV head `head`,
 // request `request`, block `block`), the plan's edges edge .. edge + count - 1.

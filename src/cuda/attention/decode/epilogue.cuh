@@ -127,7 +127,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * p.group;
   const int chunks = p.group * 16;  // (row, 8-dim chunk) items
   const bool cluster = cluster_merged(p, w);
-  const bool push = row_push_merge(kKind) && cluster;  // else a cluster pulls (raw fp8)
+  const bool push = kv_format(kKind).row_push_merge && cluster;  // else a cluster pulls (raw fp8)
   const std::uint32_t push_area = smem_u32(smem + L::kExtra);
 
   // A split's partial: [16][128] and [16] in shared memory after the warp

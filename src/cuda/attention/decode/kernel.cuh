@@ -27,21 +27,12 @@
 
 namespace msa::cuda::attention {
 
-// The split heuristic (host, by cache dtype) counts the CTAs per SM that the
-// row kernel's layout and launch bounds (by kind) give.
-static_assert(row_kernel_ctas_per_sm(DType::bf16) == row_ctas_per_sm(KvKind::half) &&
-                  row_kernel_ctas_per_sm(DType::fp16) == row_ctas_per_sm(KvKind::half) &&
-                  row_kernel_ctas_per_sm(DType::fp8_e4m3) == row_ctas_per_sm(KvKind::e4m3) &&
-                  row_kernel_ctas_per_sm(DType::fp8_e5m2) == row_ctas_per_sm(KvKind::e5m2) &&
-                  row_kernel_ctas_per_sm(DType::nvfp4) == row_ctas_per_sm(KvKind::nvfp4),
-              "row kernel CTAs per SM: heuristics.hpp and kernel_smem.cuh disagree");
-
 template <KvKind kKind, bool kF16>
-__global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
+__global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     attend_kernel(const __grid_constant__ AttendParams p) {
   using L = RowLayout<kKind>;
   static_assert(!L::kWidened, "the row kernel reads raw stages");
-  constexpr bool kRawFp8 = raw_fp8_rows(kKind);
+  constexpr bool kRawFp8 = kv_format(kKind).fp8;
   constexpr int kStages = L::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -54,7 +45,7 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
   // The query loads go out first: their round trip overlaps the scan's two.
   RowQuery<kKind> query;
   query.load(p, w, tid);
-  if (row_push_merge(kKind) && cluster_merged(p, w))
+  if (kv_format(kKind).row_push_merge && cluster_merged(p, w))
     push_init(smem_u32(smem + L::kExtra), p.group, w.split, w.splits, tid);
   if (warp == 0) {
     const int n = scan_row(p, w, lane, s_ids, s_pages, s_blocks);
@@ -106,7 +97,7 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     __syncthreads();
     const int stage = i % kStages;
     const int valid = valid_keys(i);
-    if constexpr (kKind == KvKind::nvfp4) {
+    if constexpr (kv_format(kKind).fp4) {
       attend_block_fp4<kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), stager.raw_k_bytes(stage) + fp4f::kScaleOffset,
                              stager.raw_k_bytes(stage) + kNvfp4SlotBytes + fp4f::kScaleOffset, warp, lane,
                              row_scale, valid);
@@ -123,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, row_ctas_per_sm(kKind))
     cp_async_commit();
   }
   cp_async_wait<0>();
-  write_row<kKind, row_dims(kKind)>(p, w, st, smem, tid);
+  write_row<kKind, kv_format(kKind).row_dims>(p, w, st, smem, tid);
 }
 
 // Clusters of `size` row-kernel CTAs that fit on device `device` at once

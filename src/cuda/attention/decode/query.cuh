@@ -69,13 +69,13 @@ __device__ __forceinline__ uint4 bf16x8_to_scaled_fp16(uint4 raw, float factor) 
 // leave each row's factor 2^e in q_scale[row] (1 for the other query kinds).
 template <KvKind kKind>
 struct RowQuery {
-  static constexpr bool kFp8 = raw_fp8_rows(kKind);
-  static constexpr bool kFp4 = kKind == KvKind::nvfp4;
+  static constexpr bool kFp8 = kv_format(kKind).fp8;
+  static constexpr bool kFp4 = kv_format(kKind).fp4;
   static constexpr int kLoads = kFp4 ? 4 : 2;
   // The rows of this kind and MMA type carry a scale (q_scale).
   template <bool kF16>
   static constexpr bool scaled() {
-    return raw_rows(kKind) && kF16;
+    return kv_format(kKind).converted && kF16;
   }
   static_assert(kRows * 16 == kThreads * 2 && kRows * 8 == kThreads, "chunks per thread");
   uint4 raw[kLoads];

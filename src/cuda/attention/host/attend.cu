@@ -213,11 +213,11 @@ void prepare_kernels(const AttentionProblem& problem) {
     prepare_attend<kKind, kF16>();
     prepare_attend_tiles<kKind, kF16>();
     prepare_attend_wgmma_tiles<kKind, kF16>();
-    if constexpr (kKind == KvKind::half) {
+    if constexpr (!kv_format(kKind).converted) {
       prepare_attend_key_major<kF16>();
     } else {
       prepare_attend_wgmma_tiles<KvKind::half, kF16>();  // tiles over blocks widened ahead (widen.hpp)
-      if constexpr (kKind != KvKind::nvfp4 && kScaledBuilt)
+      if constexpr (kv_format(kKind).fp8 && kScaledBuilt)
         if (problem.kv_token_scales) prepare_attend_wgmma_tiles<KvKind::half, kF16, true>();
     }
   });

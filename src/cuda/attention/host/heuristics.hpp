@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/attention/kv_format.hpp"
 #include "msa/cache.hpp"
 #include "msa/common.hpp"
 #include "msa/dtype.hpp"
@@ -21,11 +22,9 @@ inline constexpr int kMaxSplits = 16;
 // CTAs of the row kernel that fit on one SM (its shared memory holds three
 // 64 KiB K/V stages, so one) ...
 inline constexpr int kCtasPerSm = 1;
-// ... except on fp8 and nvfp4 caches, whose row kernel reads three raw stages
-// (32 or 18 KiB) without a widened tile: two (mma_sync/smem.cuh, row_ctas_per_sm).
-constexpr int row_kernel_ctas_per_sm(DType kv) {
-  return kv == DType::bf16 || kv == DType::fp16 ? kCtasPerSm : 2;
-}
+// ... except where the cache's format says otherwise: fp8 and nvfp4 row
+// kernels read three raw stages (32 or 18 KiB) without a widened tile: two.
+constexpr int row_kernel_ctas_per_sm(DType kv) { return kv_format(kv_kind(kv)).row_ctas_per_sm; }
 
 // Whether the row kernel runs on fp16 MMA (attend.cu dispatches on it). It
 // runs fp8 and nvfp4 caches on fp16 MMA whatever the output dtype: their codes

@@ -18,6 +18,7 @@
 #include "cuda/common/fp4_fragments.hpp"
 #include "cuda/common/fp8_fragments.hpp"
 #include "cuda/attention/mma_sync/smem.cuh"
+#include "cuda/attention/shared/convert.cuh"
 #include "cuda/attention/params.cuh"
 #include "cuda/common/ptx.cuh"
 #include "msa/numeric.hpp"
@@ -31,6 +32,7 @@ namespace msa::cuda::attention {
 template <KvKind kKind, bool kF16, class L = SmemLayout<kKind>, int kNumThreads = kThreads, bool kStream = false>
 struct Stager {
   static_assert(kNumThreads % kBlockKeys == 0, "a thread per key for the scales");
+  static constexpr KvFormat kFormat = kv_format(kKind);
   unsigned char* smem;
   const AttendParams& p;
   int head;
@@ -46,7 +48,7 @@ struct Stager {
   __device__ std::uint32_t raw_k(int stage) const { return smem_u32(smem + L::kRaw + stage * L::kRawBytes); }
   __device__ const unsigned char* raw_k_bytes(int stage) const { return smem + L::kRaw + stage * L::kRawBytes; }
   __device__ std::uint32_t raw_v(int stage) const {
-    return raw_k(stage) + (kKind == KvKind::nvfp4 ? kNvfp4SlotBytes : kFp8RawBytes);
+    return raw_k(stage) + kFormat.plane_bytes;
   }
   // The per-token scales a stage holds as copied (keys past the valid ones
   // zero-filled), for the raw fp8 path; null without per-token scales.
@@ -60,7 +62,7 @@ struct Stager {
   //   [128] floats each
   // Only fp8 caches have them: for the other kinds the null is a compile-time
   // constant, so the mainloop carries no scale loads.
-  static constexpr bool kTokenScales = kKind == KvKind::e4m3 || kKind == KvKind::e5m2;
+  static constexpr bool kTokenScales = kFormat.fp8;
   __device__ const float* k_token_scales() const {
     if constexpr (!kTokenScales) return nullptr;
     return p.cache.k_scales != nullptr ? reinterpret_cast<const float*>(smem + L::kCurScales) : nullptr;
@@ -73,7 +75,7 @@ struct Stager {
 
   // nvfp4: the table byte -> (e2m1(low nibble), e2m1(high nibble)) in the MMA type.
   __device__ void build_lut() const {
-    if constexpr (kKind == KvKind::nvfp4) {
+    if constexpr (kFormat.fp4) {
       auto* lut = reinterpret_cast<std::uint32_t*>(smem + L::kLut);
       for (int b = tid; b < 256; b += kNumThreads)
         lut[b] = pack2<kF16>(num::e2m1_to_float(std::uint8_t(b & 15)),
@@ -91,7 +93,7 @@ struct Stager {
       if constexpr (kStream) cp_async16_zfill(to, from, bytes, policy);
       else cp_async16_zfill(to, from, bytes);
     };
-    if constexpr (kKind == KvKind::half) {
+    if constexpr (!kFormat.converted) {
       const std::int64_t base = p.cache.offset(page, head, 0, 0);
       const unsigned char* k = static_cast<const unsigned char*>(p.cache.k) + base * 2;
       const unsigned char* v = static_cast<const unsigned char*>(p.cache.v) + base * 2;
@@ -105,7 +107,7 @@ struct Stager {
         copy16(dst + tile_offset(token, c), k + off, bytes);
         copy16(dst + kTileBytes + tile_offset(token, c), v + off, bytes);
       }
-    } else if constexpr (kKind == KvKind::nvfp4) {
+    } else if constexpr (kFormat.fp4) {
       // K slot then V slot: one contiguous run of 2 x 9216 bytes.
       const unsigned char* src = static_cast<const unsigned char*>(p.cache.k) + nvfp4::slot_offset(p.cache, page, head, 0);
       constexpr int kChunks = 2 * kNvfp4SlotBytes / 16;
@@ -152,7 +154,7 @@ struct Stager {
   // Widens raw stage `stage` into the tile (converted kinds; no-op for half).
   // Call after the stage's copies landed and a __syncthreads.
   __device__ void widen(int stage, int valid_keys) const {
-    if constexpr (kKind == KvKind::e4m3 || kKind == KvKind::e5m2) {
+    if constexpr (kFormat.fp8) {
       const unsigned char* raw = smem + L::kRaw + stage * L::kRawBytes;
       unsigned char* tile = smem + L::kTile;
       // 16 codes (8 bytes) per (tensor, token, 8-dim chunk); keys past
@@ -194,7 +196,7 @@ struct Stager {
         cur[tid] = ok ? raw_scales[tid] : 0.0f;
         cur[kBlockKeys + tid] = ok ? raw_scales[kBlockKeys + tid] : 0.0f;
       }
-    } else if constexpr (kKind == KvKind::nvfp4) {
+    } else if constexpr (kFormat.fp4) {
       const unsigned char* raw = smem + L::kRaw + stage * L::kRawBytes;
       unsigned char* tile = smem + L::kTile;
       const auto* lut = reinterpret_cast<const std::uint32_t*>(smem + L::kLut);
@@ -233,8 +235,7 @@ struct Stager {
 
  private:
   __device__ static std::uint32_t widen_fp8(std::uint16_t two_codes) {
-    if constexpr (kKind == KvKind::e4m3) return f16x2_to_mma<kF16>(e4m3x2_to_f16x2(two_codes));
-    else return f16x2_to_mma<kF16>(e5m2x2_to_f16x2(two_codes));
+    return fp8x2_to_mma<kKind, kF16>(two_codes);
   }
 };
 

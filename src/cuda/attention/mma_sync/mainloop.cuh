@@ -258,8 +258,8 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
     // The scales of this lane's key (B column lane / 4), groups 2m + q / 2.
     const uint2 sc8 = *reinterpret_cast<const uint2*>(k_scales + (key_base + 8 * nt + (lane >> 2)) * 8);
     const std::uint32_t sb = fp4f::scale_bytes(sc8.x, sc8.y, q >> 1);
-    const std::uint32_t sc01 = fp8x2_to_mma<KvKind::e4m3, kF16>(sb);
-    const std::uint32_t sc23 = fp8x2_to_mma<KvKind::e4m3, kF16>(sb >> 16);
+    const std::uint32_t sc01 = e4m3_scales_to_mma<kF16>(sb);
+    const std::uint32_t sc23 = e4m3_scales_to_mma<kF16>(sb >> 16);
     const std::uint32_t sc[4] = {fp4f::prmt(sc01, 0u, 0x1010u), fp4f::prmt(sc01, 0u, 0x3232u),
                                  fp4f::prmt(sc23, 0u, 0x1010u), fp4f::prmt(sc23, 0u, 0x3232u)};
 #pragma unroll
@@ -292,10 +292,10 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
       const std::uint32_t a0 = fp4f::scale_bytes(s0.x, s0.y, lane >> 4);
       const std::uint32_t a1 = fp4f::scale_bytes(s1.x, s1.y, lane >> 4);
       const std::uint32_t lo = fp4f::prmt(a0, a1, 0x5140u), hi = fp4f::prmt(a0, a1, 0x7362u);
-      vsc[b][0] = fp8x2_to_mma<KvKind::e4m3, kF16>(lo);
-      vsc[b][1] = fp8x2_to_mma<KvKind::e4m3, kF16>(lo >> 16);
-      vsc[b][2] = fp8x2_to_mma<KvKind::e4m3, kF16>(hi);
-      vsc[b][3] = fp8x2_to_mma<KvKind::e4m3, kF16>(hi >> 16);
+      vsc[b][0] = e4m3_scales_to_mma<kF16>(lo);
+      vsc[b][1] = e4m3_scales_to_mma<kF16>(lo >> 16);
+      vsc[b][2] = e4m3_scales_to_mma<kF16>(hi);
+      vsc[b][3] = e4m3_scales_to_mma<kF16>(hi >> 16);
     }
 #pragma unroll
     for (int cp = 0; cp < 2; ++cp) {

@@ -38,7 +38,8 @@ __device__ __forceinline__ std::uint32_t tile_offset(int r, int c) {
 // directly: the row kernel's fp8 path, fp8_fragments.hpp).
 template <KvKind kKind, int kStagesT = 3, int kQRows = kRows, int kExtraBytes = 0, bool kWidenedT = true>
 struct SmemLayout {
-  static constexpr bool kConverted = kKind != KvKind::half;
+  static constexpr KvFormat kFormat = kv_format(kKind);
+  static constexpr bool kConverted = kFormat.converted;
   static constexpr bool kWidened = kConverted && kWidenedT;
   static constexpr int kStages = kStagesT;
   static constexpr int kQ = 0;
@@ -54,15 +55,13 @@ struct SmemLayout {
   static constexpr int kStage = (kExtra + kExtraBytes + 127) / 128 * 128;
 
   // One raw stage (the tiles themselves for half).
-  static constexpr int kRawBytes = kKind == KvKind::half    ? 2 * kTileBytes
-                                   : kKind == KvKind::nvfp4 ? 2 * kNvfp4SlotBytes
-                                                            : 2 * kFp8RawBytes;
+  static constexpr int kRawBytes = 2 * kFormat.plane_bytes;
   static constexpr int kRaw = kStage;                              // [kStages][kRawBytes]
   static constexpr int kTile = kWidened ? kRaw + kStages * kRawBytes : kRaw;  // [K | V] widened
   static constexpr int kAfterTile = kWidened ? kTile + 2 * kTileBytes : kRaw + kStages * kRawBytes;
   static constexpr int kRawScales = kAfterTile;                    // fp8: float [kStages][2][128]
   static constexpr int kLut = kAfterTile;                          // nvfp4: uint32 [256]
-  static constexpr int kBytes = kKind == KvKind::nvfp4 ? kLut + 256 * 4
+  static constexpr int kBytes = kFormat.fp4 ? kLut + 256 * 4
                                 : kConverted           ? kRawScales + kStages * 2 * kBlockKeys * 4
                                                        : kAfterTile;
   static constexpr int kMergeBytes = 4 * kRows * kMergeStride * 4;
@@ -74,11 +73,6 @@ struct SmemLayout {
   static_assert(kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
 };
 
-// The row kernel's layout: fp8 and nvfp4 read their raw stages with ldmatrix
-// and convert in registers (fp8_fragments.hpp, fp4_fragments.hpp): no widened
-// tile, so two CTAs fit on an SM.
-inline constexpr bool raw_fp8_rows(KvKind k) { return k == KvKind::e4m3 || k == KvKind::e5m2; }
-inline constexpr bool raw_rows(KvKind k) { return k != KvKind::half; }
 // The receive area of the row kernel's push merge (decode/push.cuh), in its
 // [extra] region, byte offsets from the region's start:
 //   [data] float [items owned][splits][8]: item j's chunk from split s
@@ -93,20 +87,16 @@ struct PushArea {
   // a chunk c < splits for each owner, which sends it the row's lse.
   static_assert(kMaxClusterSplits <= 16, "push merge: one lse sender per (row, owner)");
 };
-// Which kinds' row kernels merge cluster splits by pushes: all but the raw
-// fp8 ones, whose two CTAs per SM leave no room for the receive area (they
-// pull the partials, decode/combine.cuh).
-inline constexpr bool row_push_merge(KvKind k) { return !raw_fp8_rows(k); }
+// The row kernel's layout: the push merge's receive area where the format has
+// room for it (raw fp8 rows pull the partials, decode/combine.cuh); fp8 and
+// nvfp4 read their raw stages with ldmatrix and convert in registers
+// (fp8_fragments.hpp, fp4_fragments.hpp): no widened tile, so two CTAs fit on
+// an SM (KvFormat::row_ctas_per_sm).
 template <KvKind kKind>
-using RowLayout = SmemLayout<kKind, 3, kRows, row_push_merge(kKind) ? PushArea::kBytes : 0, !raw_rows(kKind)>;
-// Which dims the row kernel's output n-tiles hold (decode/epilogue.cuh).
-enum class RowDims { natural, fp8, fp4 };
-inline constexpr RowDims row_dims(KvKind k) {
-  return raw_fp8_rows(k) ? RowDims::fp8 : k == KvKind::nvfp4 ? RowDims::fp4 : RowDims::natural;
-}
-// CTAs of the row kernel per SM (its launch bounds and the split heuristic).
-inline constexpr int row_ctas_per_sm(KvKind k) { return raw_rows(k) ? 2 : 1; }
-static_assert(2 * (RowLayout<KvKind::nvfp4>::kBytes + 1024) <= 228 * 1024, "two nvfp4 row CTAs per SM");
-static_assert(2 * (RowLayout<KvKind::e4m3>::kBytes + 1024) <= 228 * 1024, "two fp8 row CTAs per SM");
+using RowLayout = SmemLayout<kKind, 3, kRows, kv_format(kKind).row_push_merge ? PushArea::kBytes : 0,
+                             !kv_format(kKind).converted>;
+static_assert(kv_format(KvKind::nvfp4).row_ctas_per_sm * (RowLayout<KvKind::nvfp4>::kBytes + 1024) <= 228 * 1024 &&
+                  kv_format(KvKind::e4m3).row_ctas_per_sm * (RowLayout<KvKind::e4m3>::kBytes + 1024) <= 228 * 1024,
+              "the row kernel's CTAs per SM must fit its shared memory");
 
 }  // namespace msa::cuda::attention

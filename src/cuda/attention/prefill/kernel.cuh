@@ -68,8 +68,10 @@ namespace msa::cuda::attention {
 template <KvKind kKind, bool kF16, bool kKeyMajor = false, bool kScaled = false>
 __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     attend_wgmma_tile_kernel(const __grid_constant__ AttendParams p, const __grid_constant__ KvMaps maps) {
-  static_assert(!kKeyMajor || kKind == KvKind::half, "key-major runs on persistent (bf16 / fp16) CTAs");
-  static_assert(!kScaled || (kKind == KvKind::half && !kKeyMajor), "scaled pages run as query-major token tiles");
+  // Formats read as stored run persistent CTAs over many tiles; converted ones a CTA per tile.
+  constexpr bool kAsStored = !kv_format(kKind).converted;
+  static_assert(!kKeyMajor || kAsStored, "key-major runs on persistent (bf16 / fp16) CTAs");
+  static_assert(!kScaled || (kAsStored && !kKeyMajor), "scaled pages run as query-major token tiles");
   using W = WgmmaTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -99,7 +101,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   auto plan_at = [&](int j) { return smem + W::kPlans + plan_buffer(j) * W::kPlanBytes; };
 
   if (tid == W::kProducerWarp * 32) {
-    const bool every_thread = kKind != KvKind::half && every_thread_arrives(p);  // (one-tile CTAs only)
+    const bool every_thread = !kAsStored && every_thread_arrives(p);  // (one-tile CTAs only)
     // Scaled pages: every consumer thread reads the slot's scales and releases it itself.
     const bool every_consumer = every_thread || kScaled;
     for (int s = 0; s < W::kSlots; ++s) {
@@ -124,7 +126,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   int k_issued = 0;  // (the streaming warp)
   plan(0, plan_buffer(0), tid, lane, [] { __syncthreads(); }, std::integral_constant<int, W::kThreads>{},
        [&](int n, int head, unsigned char* list) {
-         if constexpr (kKind == KvKind::half && !kKeyMajor) {
+         if constexpr (kAsStored && !kKeyMajor) {
            if (warp != W::kProducerWarp) return;
            k_issued = lead_block(list) >= 0 ? 1 : 0;
            if (k_issued >= n) return;
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
          }
        },
        [&](int page, int head) {
-         if constexpr (kKind == KvKind::half && !kKeyMajor) {
+         if constexpr (kAsStored && !kKeyMajor) {
            load_k_tile<kScaled>(maps, page, head, smem, bar, 0, p.cache.k_scales,
                                 p.num_kv_heads);  // (kLeadWorker: this warp's lane 0)
            return true;
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
                std::integral_constant<int, W::kPlanners>{}, [](int, int, unsigned char*) {}, no_lead);
           sm90::named_barrier_arrive(W::kPlanFull + b, W::kPlanFullThreads);
         }
-        if constexpr (kKind == KvKind::half) continue;
+        if constexpr (kAsStored) continue;
       } else if (j > 0) {
         sm90::named_barrier_sync(W::kPlanFull + b, W::kPlanFullThreads);
       }
@@ -168,10 +170,10 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const TileEntries entries = list_entries(const_cast<unsigned char*>(plan) + W::kHeaderBytes);
       const int n = header[PlanHeader::kEntries], head = header[PlanHeader::kHead];
       const int tail_block = header[PlanHeader::kTailBlock], tail_keys = header[PlanHeader::kTailKeys];
-      if constexpr (kKind == KvKind::half)
+      if constexpr (kAsStored)
         load_half_blocks<kScaled>(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails,
                                   j == 0 ? k_issued : 0, p.cache.k_scales, p.num_kv_heads);
-      else if constexpr (kKind == KvKind::nvfp4)
+      else if constexpr (kv_format(kKind).fp4)
         widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
       else
         widen_fp8_blocks<kKind, kF16>(p, maps, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
                    smem_u32(smem + W::kK), smem_u32(smem + W::kV)};
   // The turn to issue starts with warpgroup 0.
   if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kTurnPeers);
-  if constexpr (kKind == KvKind::half)
+  if constexpr (kAsStored)
     consume_tiles<kF16, kKeyMajor, kScaled>(p, maps, c);
   else
     consume_one_tile<kF16>(p, maps, c);
@@ -221,7 +223,7 @@ void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaSt
   MSA_CHECK(p.tile_count <= std::numeric_limits<std::int32_t>::max(), "attend: ", p.tile_count,
             " token tiles exceed the kernel's limit of 2^31 - 1");
   std::int64_t ctas = p.tile_count;
-  if constexpr (kKind == KvKind::half) {
+  if constexpr (!kv_format(kKind).converted) {
     ctas = std::min<std::int64_t>(ctas, std::max(device_sm_count(), 1));
   }
   if (ctas <= 0) return;

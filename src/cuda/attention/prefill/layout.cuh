@@ -25,8 +25,8 @@ struct WgmmaTile {
   // them): the producer plans tiles, and for fp8 / nvfp4 widens rows too
   // (with per-token scales also copying them); counts with which ptxas spills
   // nothing on either side.
-  static constexpr int producer_regs(KvKind kind) { return kind == KvKind::half ? 72 : 88; }
-  static constexpr int consumer_regs(KvKind kind) { return kind == KvKind::half ? 216 : 208; }
+  static constexpr int producer_regs(KvKind kind) { return kv_format(kind).tile_producer_regs; }
+  static constexpr int consumer_regs(KvKind kind) { return kv_format(kind).tile_consumer_regs; }
   static constexpr int kSlots = 2;                         // per ring (K, V)
   static constexpr int kAtomBytes = kBlockKeys * 128;      // 16 KiB: 64 dims of 128 keys
   static constexpr int kPlaneBytes = 2 * kAtomBytes;       // 32 KiB: one K or V tile

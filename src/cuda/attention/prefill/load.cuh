@@ -220,7 +220,7 @@ __device__ __forceinline__ void widen_row_fp4(unsigned char* slot, int r, bool z
 #pragma unroll
   for (int g2 = 0; g2 < 4; ++g2) {  // scale groups 2 g2, 2 g2 + 1 (dims 32 g2 .. 32 g2 + 31)
     const std::uint32_t two = g2 < 2 ? sc8.x >> (16 * g2) : sc8.y >> (16 * (g2 - 2));
-    const std::uint32_t pair = fp8x2_to_mma<KvKind::e4m3, kF16>(two);
+    const std::uint32_t pair = e4m3_scales_to_mma<kF16>(two);
     const std::uint32_t scale[2] = {fp4f::prmt(pair, 0u, 0x1010u), fp4f::prmt(pair, 0u, 0x3232u)};
     const uint4 in = codes[g2];
     const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};

@@ -12,11 +12,18 @@
 
 namespace msa::cuda::attention {
 
-// Two fp8 codes (low byte first) -> the MMA type, exact.
+// Two fp8 codes of an fp8 format (low byte first) -> the MMA type, exact.
 template <KvKind kKind, bool kF16>
 __device__ __forceinline__ std::uint32_t fp8x2_to_mma(std::uint32_t two_codes) {
+  static_assert(kv_format(kKind).fp8, "fp8 formats only");
   const auto c = std::uint16_t(two_codes & 0xffffu);
   return f16x2_to_mma<kF16>(kKind == KvKind::e4m3 ? e4m3x2_to_f16x2(c) : e5m2x2_to_f16x2(c));
+}
+
+// Two e4m3 scale codes (nvfp4 group scales, low byte first) -> the MMA type, exact.
+template <bool kF16>
+__device__ __forceinline__ std::uint32_t e4m3_scales_to_mma(std::uint32_t two_codes) {
+  return fp8x2_to_mma<KvKind::e4m3, kF16>(two_codes);
 }
 
 // Eight fp8 codes (lo: codes 0-3, hi: 4-7, low byte first) -> 16 bytes of the

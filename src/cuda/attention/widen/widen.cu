@@ -170,7 +170,7 @@ __device__ __forceinline__ void widen_fp4_tiles(const AttendParams& p, int page,
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
       const int c = threadIdx.x + kWidenThreads * j;
-      const std::uint32_t scale = fp4f::prmt(fp8x2_to_mma<KvKind::e4m3, kF16>(scales[plane][j]), 0u, 0x1010u);
+      const std::uint32_t scale = fp4f::prmt(e4m3_scales_to_mma<kF16>(scales[plane][j]), 0u, 0x1010u);
       auto* dst = reinterpret_cast<uint4*>((plane ? out.v : out.k) + (c >> 3) * (kDim * 2) + 32 * (c & 7));
       dst[0] = fp4x8_to_mma<kF16>(codes[plane][j].x, scale);
       dst[1] = fp4x8_to_mma<kF16>(codes[plane][j].y, scale);
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kWidenThreads, kWidenCtasPerSm)
       const std::int64_t slot = (std::int64_t(page) * p.num_kv_heads + item.z) * kTileBytes;
       return TilePair{m.k + slot, m.v + slot};
     };
-    if constexpr (kKind == KvKind::nvfp4) {
+    if constexpr (kv_format(kKind).fp4) {
       widen_fp4_tiles<kF16>(p, item.w, item.z, out_of);
     } else {
       widen_fp8_tiles<kKind, kF16>(p, item.w, item.z, out_of);
