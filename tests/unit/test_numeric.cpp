@@ -412,4 +412,26 @@ TEST(Numeric, LoadAsFloatByTag) {
   EXPECT_EQ(msa::num::load_as_float<3>(b, 0), 0.5f);
 }
 
+// The indexer's decode scoring of nvfp4 keys (src/cuda/indexer/mma.cuh,
+// e2m1x8_to_f16x2_scaled) puts an e2m1 code's bits in an fp16 (sign at bit
+// 15, magnitude at bits 11..9), which reads as the code's value times 2^-14,
+// then multiplies by the group scale times 2^7 in fp16. Both steps are exact
+// for every code and every finite e4m3 scale.
+TEST(Numeric, E2m1PlacedInFp16AndScaledIsExact) {
+  for (int code = 0; code < 16; ++code) {
+    const auto bits = uint16_t(((code & 8) << 12) | ((code & 7) << 9));
+    const float v = msa::num::e2m1_to_float(uint8_t(code));
+    ASSERT_EQ(msa::num::fp16_to_float(bits), std::ldexp(v, -14)) << "code " << code;
+    for (int sc = 0; sc < 256; ++sc) {
+      const float s = msa::num::e4m3_to_float(uint8_t(sc));
+      if (std::isnan(s)) continue;
+      ASSERT_EQ(msa::num::fp16_to_float(msa::num::float_to_fp16(s * 128.0f)), s * 128.0f) << "scale " << sc;
+      // The fp16 product rounds the exact one; it must not move.
+      const double exact = double(v) * double(s) / 128.0;
+      ASSERT_EQ(double(msa::num::fp16_to_float(msa::num::float_to_fp16(float(exact)))), exact)
+          << "code " << code << " scale " << sc;
+    }
+  }
+}
+
 }  // namespace
