@@ -52,6 +52,8 @@
 #include "cuda/attention/prefill/layout.cuh"
 #include "cuda/attention/prefill/scheduler.cuh"
 #include "cuda/attention/prefill/load.cuh"
+#include "cuda/attention/prefill/produce_fp4.cuh"
+#include "cuda/attention/prefill/produce_fp8.cuh"
 #include "cuda/attention/prefill/softmax.cuh"
 #include "cuda/attention/host/kv_maps.hpp"
 #include "cuda/attention/host/launch_wgmma.hpp"

@@ -1,7 +1,9 @@
 // The producer side of the wgmma token-tile kernel: K / V tiles of a tile's
 // union blocks into the two-slot rings, by TMA straight into the slots
-// (bf16 / fp16, one warp) or as raw fp8 / nvfp4 codes widened in place by the
-// whole producer warpgroup; the tail block's unwritten V rows are zeroed.
+// (bf16 / fp16, one warp, here) or as raw fp8 / nvfp4 codes widened in place
+// by the whole producer warpgroup (widen_blocks, here; each format's raw loads
+// and row widening in produce_fp8.cuh, produce_fp4.cuh); the tail block's
+// unwritten V rows are zeroed.
 #pragma once
 
 #include <cstdint>
@@ -91,30 +93,6 @@ __device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileE
   }
 }
 
-// Widens row r of an fp8 K or V slot in place: the raw row (128 codes at
-// slot + kAtomBytes + 128 r, where the TMA put it: the slot's upper half) to
-// the MMA type in the swizzled layout, dims 0-63 into the lower half, dims
-// 64-127 over the raw rows. The second half lands exactly on raw row r, which
-// this thread has read by then; no other row is touched. zero: a zero row.
-template <KvKind kKind, bool kF16>
-__device__ __forceinline__ void widen_row(unsigned char* slot, int r, bool zero) {
-  const unsigned char* raw = slot + WgmmaTile::kAtomBytes + r * 128;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    uint4 in[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-      in[j] = zero ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4*>(raw + 64 * half + 16 * j);
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {  // 16-byte output chunk c: codes 8c .. 8c + 7 of this half
-      const std::uint32_t lo = (c & 1) ? in[c >> 1].z : in[c >> 1].x;
-      const std::uint32_t hi = (c & 1) ? in[c >> 1].w : in[c >> 1].y;
-      *reinterpret_cast<uint4*>(slot + half * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) =
-          fp8x8_to_mma<kKind, kF16>(lo, hi);
-    }
-  }
-}
-
 // The converting producer (the whole warpgroup, ptid 0..127), one tile after
 // g0 blocks: its thread 0 starts the raw K and V loads of each block
 // (load_raw(plane, i, slot, raw barrier), plane 0 = K) once the slot is free:
@@ -155,102 +133,6 @@ __device__ __forceinline__ void widen_blocks(const TileEntries& entries, int n, 
     if (every_thread || ptid == 0) sm90::mbar_arrive(bar.full_v(s));
     if (ptid == 0 && i + 1 < n) issue(1, i + 1);
   }
-}
-
-// fp8 producer: widen_blocks over raw tiles loaded by TMA into the slots'
-// upper halves, widened by widen_row. Per-(token, head) scales (p.cache.k_scales
-// non-null): each thread also copies its key's K or V scale of the block into
-// the slot's scale array (WgmmaTile::kScales), the V scale 0 where the V row
-// is zero, once it has seen the consumers release the slot; each thread then
-// publishes the slot itself (every_thread_arrives).
-template <KvKind kKind, bool kF16>
-__device__ __forceinline__ void widen_fp8_blocks(const AttendParams& p, const KvMaps& maps, const TileEntries& entries,
-                                                 int n, int head, int tail_block, int tail_keys, unsigned char* smem,
-                                                 const WgmmaBars& bar, int ptid, int g0) {
-  using W = WgmmaTile;
-  constexpr int kRawBytes = kBlockKeys * kDim;  // 16 KiB of codes per tile
-  auto load_raw = [&](int plane, int i, int s, std::uint32_t raw_bar) {
-    const int page = entries.page[i];
-    sm90::mbar_arrive_expect_tx(raw_bar, kRawBytes);
-    sm90::tma_load_4d(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + W::kAtomBytes),
-                      plane ? &maps.v : &maps.k, raw_bar, 0, map_coord(maps, 1, head, page),
-                      map_coord(maps, 2, head, page), map_coord(maps, 3, head, page));
-  };
-  // The thread's key's K and V scales of the next block, loaded a block ahead.
-  const float* token_scales[2] = {p.cache.k_scales, p.cache.v_scales};
-  auto scale_of = [&](int plane, int i) {
-    return token_scales[plane][(std::int64_t(entries.page[i]) * kBlockKeys + ptid) * p.num_kv_heads + head];
-  };
-  float next[2] = {0.0f, 0.0f};
-  if (p.cache.k_scales != nullptr && n > 0) next[0] = scale_of(0, 0), next[1] = scale_of(1, 0);
-  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, every_thread_arrives(p), load_raw,
-               [&](int plane, int i, unsigned char* slot, int r, bool zero) {
-                 if (p.cache.k_scales != nullptr) {
-                   const float value = next[plane];
-                   if (i + 1 < n) next[plane] = scale_of(plane, i + 1);
-                   const int g = g0 + i, s = ring_slot(g);
-                   // The slot's scales are read by the consumers' generic loads until they
-                   // release the slot: every writer waits for that release itself (thread 0's
-                   // wait before the raw load orders them only through the TMA's completion).
-                   if (g >= W::kSlots) sm90::mbar_wait(plane ? bar.empty_v(s) : bar.empty_k(s), ring_parity(g) ^ 1u);
-                   reinterpret_cast<float*>(smem + W::kScales)[(s * 2 + plane) * kBlockKeys + r] = zero ? 0.0f : value;
-                 }
-                 widen_row<kKind, kF16>(slot, r, zero);
-               });
-}
-
-// Widens row r of an nvfp4 K or V slot in place: the raw slot (MSA_CONTRACT
-// 4.3: [128][64] code bytes, then [128][8] e4m3 group scales) sits at the top
-// of the plane (kRawFp4Offset), where the bulk copy put it; the row's 64 code
-// bytes and 8 scales go to registers, every thread of the warpgroup passes
-// the widen barrier (the widened rows overwrite raw ones of other rows), then
-// the row is written as the MMA type in the swizzled layout, dims 0-63 into
-// the lower half and 64-127 into the upper. zero: a zero row. The products
-// e2m1 x e4m3 are exact in bf16 and fp16; the global scale is applied outside.
-inline constexpr int kRawFp4Offset = WgmmaTile::kPlaneBytes - kNvfp4SlotBytes;
-template <bool kF16>
-__device__ __forceinline__ void widen_row_fp4(unsigned char* slot, int r, bool zero) {
-  const unsigned char* raw = slot + kRawFp4Offset;
-  uint4 codes[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    codes[j] = zero ? make_uint4(0, 0, 0, 0) : *reinterpret_cast<const uint4*>(raw + 64 * r + 16 * j);
-  const uint2 sc8 = zero ? make_uint2(0, 0) : *reinterpret_cast<const uint2*>(raw + fp4f::kScaleOffset + 8 * r);
-  sm90::named_barrier_sync(WgmmaTile::kWidenBar, 128);  // every raw row is in registers
-#pragma unroll
-  for (int g2 = 0; g2 < 4; ++g2) {  // scale groups 2 g2, 2 g2 + 1 (dims 32 g2 .. 32 g2 + 31)
-    const std::uint32_t two = g2 < 2 ? sc8.x >> (16 * g2) : sc8.y >> (16 * (g2 - 2));
-    const std::uint32_t pair = e4m3_scales_to_mma<kF16>(two);
-    const std::uint32_t scale[2] = {fp4f::prmt(pair, 0u, 0x1010u), fp4f::prmt(pair, 0u, 0x3232u)};
-    const uint4 in = codes[g2];
-    const std::uint32_t words[4] = {in.x, in.y, in.z, in.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {  // dims 32 g2 + 8 k .. + 7: output chunk c of half h
-      const int chunk = 4 * g2 + k, h = chunk >> 3, c = chunk & 7;
-      *reinterpret_cast<uint4*>(slot + h * WgmmaTile::kAtomBytes + r * 128 + ((c ^ (r & 7)) << 4)) =
-          fp4x8_to_mma<kF16>(words[k], scale[k >> 1]);
-    }
-  }
-}
-
-// nvfp4 producer: widen_blocks over each block's K and V head-slot runs (one
-// contiguous 9 KiB run each) bulk-copied to the top of their planes, widened
-// by widen_row_fp4.
-//   p: the cache (k_base, page_stride) of the launch
-template <bool kF16>
-__device__ __forceinline__ void widen_fp4_blocks(const AttendParams& p, const TileEntries& entries, int n, int head,
-                                                 int tail_block, int tail_keys, unsigned char* smem,
-                                                 const WgmmaBars& bar, int ptid, int g0) {
-  using W = WgmmaTile;
-  auto load_raw = [&](int plane, int i, int s, std::uint32_t raw_bar) {
-    const unsigned char* src =
-        static_cast<const unsigned char*>(p.cache.k) + nvfp4::slot_offset(p.cache, entries.page[i], head, plane);
-    sm90::mbar_arrive_expect_tx(raw_bar, kNvfp4SlotBytes);
-    sm90::bulk_load(smem_u32(smem + (plane ? W::kV : W::kK) + s * W::kPlaneBytes + kRawFp4Offset), src,
-                    kNvfp4SlotBytes, raw_bar);
-  };
-  widen_blocks(entries, n, tail_block, tail_keys, smem, bar, ptid, g0, every_thread_arrives(p), load_raw,
-               [](int, int, unsigned char* slot, int r, bool zero) { widen_row_fp4<kF16>(slot, r, zero); });
 }
 
 }  // namespace msa::cuda::attention
