@@ -43,8 +43,9 @@ constexpr int kWarps = 8;  // at most, per CTA
 // Shared memory for the staged keys of a CTA, within the 48 KB a kernel may
 // use without opting in (the histograms take 8 KB).
 constexpr std::int32_t kStageBytes = 40 * 1024;
-// Steps of at most kBlockRows rows, each up to at least kBlockRowBlocks
-// blocks long, select with a block per row (two waves of 132 SMs at most).
+// Steps of at most kBlockRows rows whose rows may reach kBlockRowBlocks blocks
+// or more (the launch's block_limit) select with a block per row: at most two
+// waves of 132 SMs.
 constexpr std::int64_t kBlockRows = 264;
 constexpr std::int32_t kBlockRowBlocks = 256;
 
