@@ -239,7 +239,7 @@ int run_bench(const BenchOptions& o) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   const DeviceInfo dev = device_info();
-  const std::string commit = shell_line("git rev-parse HEAD 2>/dev/null");
+  const std::string commit = shell_line("git describe --always --abbrev=40 --dirty 2>/dev/null");
   const std::string clocks_start = shell_line(kClockQuery);
   BenchSettings s;
   s.iters = o.iters;

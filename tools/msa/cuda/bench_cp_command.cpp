@@ -255,7 +255,7 @@ int run_bench_cp(const CpOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   MSA_CUDA_CHECK(cudaSetDevice(0));
   const DeviceInfo dev = device_info();
-  const std::string commit = shell_line("git rev-parse HEAD 2>/dev/null");
+  const std::string commit = shell_line("git describe --always --abbrev=40 --dirty 2>/dev/null");
   std::printf("msa bench-cp: %d x %s visible, %d in use; %d SMs, %.0f GB each; NCCL %s; commit %s\n", visible,
               dev.name.c_str(), gpus, dev.sm_count, double(dev.memory_bytes) / 1e9,
               have_nccl() ? nccl_version().c_str() : "absent", commit.empty() ? "unknown" : commit.c_str());

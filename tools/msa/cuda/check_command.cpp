@@ -127,7 +127,7 @@ int run_check(const CheckOptions& o) {
                         {"seed", o.seed},
                         {"quick", o.quick},
                         {"device", dev.name},
-                        {"commit", shell_line("git rev-parse HEAD 2>/dev/null")},
+                        {"commit", shell_line("git describe --always --abbrev=40 --dirty 2>/dev/null")},
                         {"checks", checks},
                         {"failed", failed},
                         {"fatal", fatal},
