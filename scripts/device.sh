@@ -4,7 +4,7 @@
 # benchmarks, and leave logs and JSON under $OUT.
 #
 #   bash scripts/device.sh [--tests REGEX] [--cpu-tests] [--sanitize] [--run] [--check ARGS]
-#                          [--bench ARGS] [--examples] [--targets "T1 T2"] [--no-gpu-tests]
+#                          [--bench ARGS] [--ncu ARGS] [--examples] [--targets "T1 T2"] [--no-gpu-tests]
 #
 #   --tests REGEX   only GPU tests whose name matches (ctest -R)
 #   --cpu-tests     also run the CPU test label
@@ -13,6 +13,11 @@
 #   --run           run `msa run --backend cuda` (the default workload) -> $OUT/run.json
 #   --check ARGS    run `msa check ARGS` (e.g. "--quick") -> $OUT/check.json
 #   --bench ARGS    run `msa bench ARGS` (use "" for the default sweep) -> $OUT/bench.json
+#   --ncu ARGS      profile the kernels of `msa bench ARGS` (one replay per case;
+#                   e.g. "--set index --case 'decode 16/1 nvfp4 ctx=128K b=128'")
+#                   with Nsight Compute's throughput, scheduler, warp-state and
+#                   instruction sections -> logs/ncu.txt (NCU_KERNELS: a kernel-name
+#                   regex, NCU_LAUNCHES: kernels profiled, default 4)
 #   --examples      install the build to $BUILD/install, build examples/ against it
 #                   (find_package(msa)) and run the three examples
 #   --no-gpu-tests  skip the GPU test label (e.g. a bench-only call)
@@ -28,6 +33,7 @@ LOG="$OUT/logs"
 mkdir -p "$LOG"
 BUILD=${BUILD:-build-gpu}
 TESTS=""; CPU=0; SAN=0; BENCH=0; BENCH_ARGS=""; TARGETS=""; RUN=0; CHECK=0; CHECK_ARGS=""; GPU_TESTS=1
+NCU=0; NCU_ARGS=""
 EXAMPLES=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -35,6 +41,7 @@ while [[ $# -gt 0 ]]; do
     --cpu-tests) CPU=1; shift ;;
     --sanitize) SAN=1; shift ;;
     --bench) BENCH=1; BENCH_ARGS="$2"; shift 2 ;;
+    --ncu) NCU=1; NCU_ARGS="$2"; shift 2 ;;
     --run) RUN=1; shift ;;
     --check) CHECK=1; CHECK_ARGS="$2"; shift 2 ;;
     --no-gpu-tests) GPU_TESTS=0; shift ;;
@@ -118,6 +125,21 @@ fi
 if [[ $BENCH -eq 1 ]]; then
   step "bench"
   timeout $BENCH_LIMIT "$BUILD"/bin/msa bench $BENCH_ARGS --json "$OUT/bench.json" 2>&1 | tee "$LOG/bench.txt" || status=1
+fi
+if [[ $NCU -eq 1 ]]; then
+  # ncu locks the SM clock at its base (about 1.4 GHz on the H200): durations
+  # run longer than the bench's; read the percentages and counts.
+  step "ncu"
+  kargs=(--launch-count "${NCU_LAUNCHES:-4}")
+  [[ -n "${NCU_KERNELS:-}" ]] && kargs+=(--kernel-name "regex:${NCU_KERNELS}")
+  # NCU_ARGS is word-split as a shell would (its case names are quoted).
+  eval "timeout $BENCH_LIMIT ncu $(printf '%q ' "${kargs[@]}") --section SpeedOfLight \
+    --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
+    --section InstructionStats --section LaunchStats --section Occupancy \
+    $(printf '%q' "$BUILD/bin/msa") bench $NCU_ARGS --iters 1 --warmup 0 --settle-ms 0 --ceiling-replays 1" \
+    >"$LOG/ncu.txt" 2>&1 || status=1
+  grep -E "^  [a-z_ ]*[a-zA-Z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issue Slots Busy|Executed Instructions  |Eligible Warps" \
+    "$LOG/ncu.txt" | head -60
 fi
 if [[ $EXAMPLES -eq 1 ]]; then
   # As a consumer would: the installed package, then examples/ with find_package(msa).
