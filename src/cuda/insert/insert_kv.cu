@@ -20,11 +20,6 @@
 namespace msa::cuda {
 namespace {
 
-using insert_detail::kDstBf16;
-using insert_detail::kDstE4m3;
-using insert_detail::kDstE5m2;
-using insert_detail::kDstFp16;
-using insert_detail::kDstNvfp4;
 
 struct InsertKVParams {
   KVCacheView cache;
@@ -68,13 +63,9 @@ template <int Src>
 void launch_kv(const InsertKVParams& p, int dst, cudaStream_t stream) {
   const std::int64_t threads = p.num_tokens * p.cache.num_kv_heads * 32;
   const dim3 grid(static_cast<unsigned>((threads + kThreads - 1) / kThreads));
-  switch (dst) {
-    case kDstBf16: insert_kv_kernel<Src, kDstBf16><<<grid, kThreads, 0, stream>>>(p); break;
-    case kDstFp16: insert_kv_kernel<Src, kDstFp16><<<grid, kThreads, 0, stream>>>(p); break;
-    case kDstE4m3: insert_kv_kernel<Src, kDstE4m3><<<grid, kThreads, 0, stream>>>(p); break;
-    case kDstE5m2: insert_kv_kernel<Src, kDstE5m2><<<grid, kThreads, 0, stream>>>(p); break;
-    default: insert_kv_kernel<Src, kDstNvfp4><<<grid, kThreads, 0, stream>>>(p); break;
-  }
+  insert_detail::with_dst_tag(dst, [&](auto tag) {
+    insert_kv_kernel<Src, decltype(tag)::value><<<grid, kThreads, 0, stream>>>(p);
+  });
   MSA_CUDA_CHECK_LAUNCH();
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -34,6 +35,19 @@ inline int dst_tag(DType t, const char* what) {
     case DType::fp8_e5m2: return kDstE5m2;
     case DType::nvfp4: return kDstNvfp4;
     default: fail(what, " = ", dtype_name(t), " is not a cache dtype");
+  }
+}
+
+// Calls f with the cache dtype tag `dst` as a compile-time constant
+// (std::integral_constant<int, kDst...>), for launchers of kernels templated on it.
+template <class F>
+void with_dst_tag(int dst, F&& f) {
+  switch (dst) {
+    case kDstBf16: return f(std::integral_constant<int, kDstBf16>{});
+    case kDstFp16: return f(std::integral_constant<int, kDstFp16>{});
+    case kDstE4m3: return f(std::integral_constant<int, kDstE4m3>{});
+    case kDstE5m2: return f(std::integral_constant<int, kDstE5m2>{});
+    default: return f(std::integral_constant<int, kDstNvfp4>{});
   }
 }
 

@@ -36,9 +36,7 @@ namespace {
 
 using insert_detail::kDstBf16;
 using insert_detail::kDstE4m3;
-using insert_detail::kDstE5m2;
 using insert_detail::kDstFp16;
-using insert_detail::kDstNvfp4;
 using pre::HeadKind;
 
 // Tags of the small tables' dtypes (norm weights, cos/sin).
@@ -336,13 +334,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) pre_attention_kernel(con
 template <int Src>
 void launch(const PreAttentionParams& p, int dst, cudaStream_t stream) {
   const dim3 grid((p.items + kHalves * kItems - 1) / (kHalves * kItems));
-  switch (dst) {
-    case kDstBf16: pre_attention_kernel<Src, kDstBf16><<<grid, kThreads, 0, stream>>>(p); break;
-    case kDstFp16: pre_attention_kernel<Src, kDstFp16><<<grid, kThreads, 0, stream>>>(p); break;
-    case kDstE4m3: pre_attention_kernel<Src, kDstE4m3><<<grid, kThreads, 0, stream>>>(p); break;
-    case kDstE5m2: pre_attention_kernel<Src, kDstE5m2><<<grid, kThreads, 0, stream>>>(p); break;
-    default: pre_attention_kernel<Src, kDstNvfp4><<<grid, kThreads, 0, stream>>>(p); break;
-  }
+  insert_detail::with_dst_tag(dst, [&](auto tag) {
+    pre_attention_kernel<Src, decltype(tag)::value><<<grid, kThreads, 0, stream>>>(p);
+  });
   MSA_CUDA_CHECK_LAUNCH();
 }
 
