@@ -19,12 +19,11 @@ namespace msa::cuda::attention {
 
 // Largest split-K factor. Partial results are [rows, heads, splits, 128] fp32.
 inline constexpr int kMaxSplits = 16;
-// CTAs of the row kernel that fit on one SM (its shared memory holds three
-// 64 KiB K/V stages, so one) ...
-inline constexpr int kCtasPerSm = 1;
-// ... except where the cache's format says otherwise: fp8 and nvfp4 row
-// kernels read three raw stages (32 or 18 KiB) without a widened tile: two.
+// CTAs of the row kernel that fit on one SM, by the cache's format
+// (kv_format.hpp): bf16 / fp16 stages hold three 64 KiB K/V tiles, so one;
+// fp8 and nvfp4 read three raw stages (32 or 18 KiB) without a widened tile: two.
 constexpr int row_kernel_ctas_per_sm(DType kv) { return kv_format(kv_kind(kv)).row_ctas_per_sm; }
+inline constexpr int kCtasPerSm = row_kernel_ctas_per_sm(DType::bf16);
 
 // Whether the row kernel runs on fp16 MMA (attend.cu dispatches on it). It
 // runs fp8 and nvfp4 caches on fp16 MMA whatever the output dtype: their codes
