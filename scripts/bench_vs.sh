@@ -3,6 +3,7 @@
 # GPU machine, for before/after figures in bench/RESULTS.md.
 #
 #   bash scripts/bench_vs.sh OLD "BENCH ARGS" [NAME]
+#   (BENCH ARGS are word-split as a shell would: quote a case filter of several words)
 #
 # OLD: a commit, or a folder holding the old sources (made with
 # `git archive COMMIT | tar -x -C DIR` where the machine's git lacks the commit).
@@ -34,8 +35,8 @@ build build-gpu . & build /tmp/msa_old/build /tmp/msa_old & wait
 old_bin=/tmp/msa_old/build/bin/msa
 [[ -x $old_bin ]] || old_bin=/tmp/msa_old/build/msa
 [[ -x build-gpu/bin/msa && -x $old_bin ]] || { tail -20 "$OUT"/logs/build_*.log; exit 1; }
-# shellcheck disable=SC2086
-build-gpu/bin/msa bench $ARGS --json "$OUT/${NAME}_new.json" >"$OUT/logs/${NAME}_new.txt" 2>&1
-# shellcheck disable=SC2086
-"$old_bin" bench $ARGS --json "$OUT/${NAME}_old.json" >"$OUT/logs/${NAME}_old.txt" 2>&1
+# ARGS is word-split as a shell would, so that a case filter of several words can be quoted:
+#   bash scripts/bench_vs.sh OLD "--set index --case 'decode b=128'"
+eval "build-gpu/bin/msa bench $ARGS --json \"\$OUT/\${NAME}_new.json\"" >"$OUT/logs/${NAME}_new.txt" 2>&1
+eval "\"\$old_bin\" bench $ARGS --json \"\$OUT/\${NAME}_old.json\"" >"$OUT/logs/${NAME}_old.txt" 2>&1
 echo "== new"; cat "$OUT/logs/${NAME}_new.txt"; echo "== old ($OLD)"; cat "$OUT/logs/${NAME}_old.txt"

@@ -9,7 +9,8 @@
 #   --tests REGEX   only GPU tests whose name matches (ctest -R)
 #   --cpu-tests     also run the CPU test label
 #   --sanitize      run every GPU test binary under compute-sanitizer memcheck,
-#                   and racecheck on the attention and indexer tests
+#                   and racecheck on the attention and indexer tests (SAN_TESTS:
+#                   a regex as for --tests, default the --tests one)
 #   --run           run `msa run --backend cuda` (the default workload) -> $OUT/run.json
 #   --check ARGS    run `msa check ARGS` (e.g. "--quick") -> $OUT/check.json
 #   --bench ARGS    run `msa bench ARGS` (use "" for the default sweep) -> $OUT/bench.json
@@ -50,6 +51,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "device.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+SAN_TESTS=${SAN_TESTS:-$TESTS}
 status=0
 step() { echo "== $* ($(date +%T))"; }
 
@@ -58,7 +60,7 @@ nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --f
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 
 step "configure"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMSA_CUDA=ON -DMSA_WERROR=OFF \
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMSA_CUDA=ON -DMSA_TESTS=ON -DMSA_WERROR=OFF \
   >"$LOG/configure.log" 2>&1 || { tail -30 "$LOG/configure.log"; tar czf "$OUT/logs.tar.gz" -C "$LOG" .; exit 1; }
 step "build"
 if [[ -n "$TARGETS" ]]; then
@@ -94,7 +96,7 @@ if [[ $SAN -eq 1 ]]; then
     name=$(basename "$t")
     filter=""
     # The ctest regex's alternatives "A|B" as a gtest filter "*A*:*B*".
-    [[ -n "$TESTS" ]] && filter="--gtest_filter=*${TESTS//|/*:*}*"
+    [[ -n "$SAN_TESTS" ]] && filter="--gtest_filter=*${SAN_TESTS//|/*:*}*"
     # compute-sanitizer fails a program that makes no CUDA call: skip binaries the filter empties.
     [[ -n "$filter" ]] && ! "$t" $filter --gtest_list_tests 2>/dev/null | grep -q "^  " && continue
     echo "-- memcheck $name" | tee -a "$LOG/sanitizer.log"
@@ -124,7 +126,9 @@ fi
 
 if [[ $BENCH -eq 1 ]]; then
   step "bench"
-  timeout $BENCH_LIMIT "$BUILD"/bin/msa bench $BENCH_ARGS --json "$OUT/bench.json" 2>&1 | tee "$LOG/bench.txt" || status=1
+  # BENCH_ARGS is word-split as a shell would (its case names are quoted).
+  eval "timeout $BENCH_LIMIT $(printf '%q' "$BUILD/bin/msa") bench $BENCH_ARGS --json $(printf '%q' "$OUT/bench.json")" 2>&1 |
+    tee "$LOG/bench.txt" || status=1
 fi
 if [[ $NCU -eq 1 ]]; then
   # ncu locks the SM clock at its base (about 1.4 GHz on the H200): durations

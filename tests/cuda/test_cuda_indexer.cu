@@ -24,6 +24,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.hpp"
@@ -439,24 +440,26 @@ TEST(CudaIndexer, Nvfp4CacheDecodeVerify) {
   }
 }
 
-// Decode units: a request of more rows than one unit (48 and 64 rows), one
-// long request spread over every SM, and many short ones.
+// Decode units: a request of one full unit (32 rows) and of more rows than one
+// unit (48), one long request spread over every SM, and many short ones.
 TEST(CudaIndexer, DecodeUnitsAndSpread) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(77);
   MSA_TRACE_SEED(seed);
   const bool small = msa::test::sanitizer_mode();
   std::uint64_t s = seed;
-  for (DType keys : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
-    Shape sh;
-    sh.decode_threshold = 3;
-    sh.query_lens = {3, 3, 3};
-    sh.seq_lens = {small ? 4000 : 40000, 3, small ? 500 : 2000};
-    sh.heads = 16;  // 48 rows per request: two units
-    sh.keys = keys;
-    sh.iq = keys == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
-    sh.seed = s++;
-    check_shape(sh);
+  for (int dql : {2, 3}) {
+    for (DType keys : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
+      Shape sh;
+      sh.decode_threshold = dql;
+      sh.query_lens = {dql, dql, dql};
+      sh.seq_lens = {small ? 4000 : 40000, dql, small ? 500 : 2000};
+      sh.heads = 16;  // 32 rows per request: one full unit; 48: two units of 24
+      sh.keys = keys;
+      sh.iq = keys == DType::fp8_e4m3 ? DType::fp8_e4m3 : DType::bf16;
+      sh.seed = s++;
+      check_shape(sh);
+    }
   }
   Shape many;
   many.decode_threshold = 1;
@@ -923,22 +926,24 @@ TEST(CudaIndexer, TimingLowPrecisionShapes) {
       report_timing(msa::detail::concat("index prefill 16384 tokens (ctx 16384 -> 32768), H=4, ", what, ": ", ms,
                                         " ms, ", 2 * macs / ms * 1e-9, " TFLOP/s (causal dots)"));
     }
-    for (int dql : {1, 2}) {
+    // (query_len, heads, pool pages): the pool of the one-row case exceeds L2,
+    // so that its page loads land out of order, as in serving.
+    for (const auto& [dql, heads, pool] : {std::tuple{1, 4, 4096}, std::tuple{2, 4, 4096}, std::tuple{1, 1, 8192}}) {
       Shape sh;
       sh.decode_threshold = dql;
       sh.query_lens.assign(128, dql);
       sh.seq_lens.assign(128, 131072);
-      sh.heads = 4;
+      sh.heads = heads;
       sh.keys = keys;
       sh.iq = iq;
-      sh.shared_pool = 4096;
+      sh.shared_pool = pool;
       const Problem pb = make_problem(sh);
       DeviceProblem dev(pb);
       const double ms = time_index(pb, dev, 5);
       expect_matches_cpu(sh, pb, dev, false);
       const double bytes = 128.0 * 1024 * double(msa::index_page_bytes(keys));  // 1024 blocks a request
-      report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=4, ", what, ": ", ms,
-                                        " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
+      report_timing(msa::detail::concat("index decode 128 x 128K ctx, query_len ", dql, ", H=", heads, ", ", what,
+                                        ": ", ms, " ms, ", bytes / ms * 1e-6, " GB/s of index keys"));
     }
   }
 }

@@ -9,16 +9,18 @@
 // single long request spreads over every SM and a large batch keeps each CTA
 // on one or two requests.
 //
-// A CTA is one producer warp and up to 8 consumer warps around a ring of
+// A CTA is one producer warp and 6 or 8 consumer warps around a ring of
 // shared-memory stages, one block of index keys each (bf16 and fp8 by TMA
 // tensor loads in the 128-byte swizzle, nvfp4 pages by a bulk copy), with
 // full / empty mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
 // and scores all 128 keys of a block against the unit's rows with mma.sync:
 // the keys are the M side (8 m-tiles of 16), the unit's rows the N side (1-4
 // n-tiles of 8, their fragments kept in registers while the unit lasts), so a
-// block is read from memory once for every row of its request. The block's
-// "max" is a running max over the m-tiles, reduced over the warp at the end;
-// each row's score is written once. The top-k follows in select.cu.
+// block is read from memory once for every row of its request (the loop is
+// compiled per n-tile count, and without the causal selects for all but a
+// request's last block). The block's "max" is a running max over the m-tiles,
+// reduced over the warp at the end; each row's score is written once. The
+// top-k follows in select.cu.
 //
 // Key formats: bf16 by ldmatrix on bf16 tensor cores (fp16 queries as bf16 hi
 // + lo); fp8 e4m3 and nvfp4 converted to fp16 in registers (each lane 32
@@ -59,18 +61,23 @@ template <DecodeKeys K>
 constexpr int stage_bytes() {
   return (block_bytes<K>() + 1023) / 1024 * 1024;
 }
-template <DecodeKeys K>
-constexpr int num_stages() {
-  return kRingBytes / stage_bytes<K>();
-}
-// Consumer warps: 8 (two per SM sub-partition, so that one converts while the
-// other multiplies), at most one per stage: a warp then never waits for a
-// stage two rounds ahead of the producer, where the barrier's parity would
-// read as done.
+// Consumer warps: 8 for nvfp4 (two per SM sub-partition, so that one converts
+// while the other multiplies), 6 for the formats bound by memory. Warp w of n
+// takes the CTA's blocks w, w + n, ..., and the stages are a multiple of n, so
+// that stage s only ever has warp s % n as its consumer: a warp waits on a
+// stage's fill only after it consumed the stage's previous fill itself. (With
+// another consumer in between, that fill might not have landed yet, and the
+// full barrier's parity would read a fill two rounds back as this one.)
 template <DecodeKeys K>
 constexpr int num_consumers() {
-  return num_stages<K>() < 8 ? num_stages<K>() : 8;
+  return K == DecodeKeys::nvfp4 ? 8 : 6;
 }
+template <DecodeKeys K>
+constexpr int num_stages() {
+  return kRingBytes / stage_bytes<K>() / num_consumers<K>() * num_consumers<K>();
+}
+static_assert(num_stages<DecodeKeys::bf16>() == 6 && num_stages<DecodeKeys::e4m3>() == 12 &&
+              num_stages<DecodeKeys::nvfp4>() == 16);
 template <DecodeKeys K>
 constexpr int num_threads() {
   return (num_consumers<K>() + 1) * 32;
@@ -356,16 +363,16 @@ __device__ __forceinline__ std::uint32_t lds16(std::uint32_t addr) {
   return v;
 }
 
-// acc[nt] += keys (m-tile `mt` of the stage) . rows of n-tile nt, all k-steps.
-template <DecodeKeys K, DecodeQuery Q>
+// acc[nt] += keys (m-tile `mt` of the stage) . rows of n-tile nt, all k-steps,
+// for the unit's first NT n-tiles.
+template <int NT, DecodeKeys K, DecodeQuery Q>
 __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8_t* stage, int mt, int lane,
-                                          float (&acc)[Unit<K, Q>::kNTiles][4]) {
+                                          float (&acc)[NT][4]) {
   using U = Unit<K, Q>;
   const int g = lane >> 2, c = lane & 3;
   auto mma_all = [&](int s, std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3) {
 #pragma unroll
-    for (int nt = 0; nt < U::kNTiles; ++nt) {
-      if (nt >= un.ntiles) break;
+    for (int nt = 0; nt < NT; ++nt) {
       if constexpr (U::kConvert) {
         mma_f16_16816(acc[nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
       } else {
@@ -430,6 +437,45 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
   }
 }
 
+// The NaN-lowest max of each of the unit's first NT n-tiles' columns over the
+// 128 keys of a stage, keys past a column's position NaN when Masked (only
+// the request's last block needs it, so the others skip the selects).
+//   mx: [kNTiles][2] running max per accumulator column pair (in and out)
+template <int NT, bool Masked, DecodeKeys K, DecodeQuery Q>
+__device__ __forceinline__ void block_max(const Unit<K, Q>& un, const std::uint8_t* stage, std::int32_t first_key,
+                                          int lane, float (&mx)[Unit<K, Q>::kNTiles][2]) {
+  const float kNaN = __int_as_float(0x7FFFFFFF);
+  const int g = lane >> 2;
+#pragma unroll 1
+  for (int mt = 0; mt < 8; ++mt) {
+    float acc[NT][4] = {};
+    mma_mtile<NT, K, Q>(un, stage, mt, lane, acc);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float v0 = acc[nt][e], v1 = acc[nt][2 + e];  // keys g, g + 8 of the m-tile
+        if constexpr (Masked) {
+          const std::int32_t lim = un.pos[nt][e] - first_key;
+          if (mt * 16 + g > lim) v0 = kNaN;
+          if (mt * 16 + g + 8 > lim) v1 = kNaN;
+        }
+        mx[nt][e] = fmaxf(mx[nt][e], fmaxf(v0, v1));
+      }
+    }
+  }
+}
+
+// block_max for the unit's n-tile count (3 runs as 4: its fourth has zero queries).
+template <bool Masked, DecodeKeys K, DecodeQuery Q>
+__device__ __forceinline__ void block_max_any(const Unit<K, Q>& un, const std::uint8_t* stage, std::int32_t first_key,
+                                              int lane, float (&mx)[Unit<K, Q>::kNTiles][2]) {
+  constexpr int kMax = Unit<K, Q>::kNTiles;
+  if (un.ntiles == 1) block_max<1, Masked>(un, stage, first_key, lane, mx);
+  else if (un.ntiles == 2) block_max<2, Masked>(un, stage, first_key, lane, mx);
+  else block_max<kMax, Masked>(un, stage, first_key, lane, mx);
+}
+
 template <DecodeKeys K, DecodeQuery Q>
 __device__ void consume(const Params& p, const Range& range, const std::uint8_t* ring, std::uint64_t* full,
                         std::uint64_t* empty, const StageInfo* info, int warp, int lane) {
@@ -451,25 +497,8 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
     if (si.page_ok) {
       const std::uint8_t* stage = ring + s * stage_bytes<K>();
       // Rows that see only part of the block: the request's last block.
-      const bool partial = first_key + kBlockSize - 1 > un.min_pos;
-#pragma unroll 1
-      for (int mt = 0; mt < 8; ++mt) {
-        float acc[kMaxNTiles][4] = {};
-        mma_mtile<K, Q>(un, stage, mt, lane, acc);
-#pragma unroll
-        for (int nt = 0; nt < kMaxNTiles; ++nt) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float v0 = acc[nt][e], v1 = acc[nt][2 + e];  // keys g, g + 8 of the m-tile
-            if (partial) {
-              const std::int32_t lim = un.pos[nt][e] - first_key;
-              if (mt * 16 + g > lim) v0 = kNaN;
-              if (mt * 16 + g + 8 > lim) v1 = kNaN;
-            }
-            mx[nt][e] = fmaxf(mx[nt][e], fmaxf(v0, v1));
-          }
-        }
-      }
+      if (first_key + kBlockSize - 1 > un.min_pos) block_max_any<true>(un, stage, first_key, lane, mx);
+      else block_max_any<false>(un, stage, first_key, lane, mx);
     }
     // The stage is free once every lane has read it.
     __syncwarp();

@@ -39,6 +39,7 @@ namespace sm90 = ::msa::cuda::sm90;
 
 constexpr int kTile = kPrefillTileRows;
 constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgroups
+constexpr int kConsumerWarps = 8;
 constexpr int kStages = 4;
 
 template <PrefillKeys K>
@@ -248,6 +249,38 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
   }
 }
 
+// NaN-lowest max of this thread's 32 columns of each of its four rows (a tree),
+// keys past the row's position NaN when Masked.
+//   d: [2][64] accumulators (layout below), pos: [2][2] row positions (-1: none),
+//   mx: [2][2] out, per m64 half and row half
+template <bool Masked>
+__device__ __forceinline__ void block_max(const float (&d)[2][64], const std::int32_t (&pos)[2][2],
+                                          std::int32_t first_key, int c, float (&mx)[2][2]) {
+  const float kNaN = __int_as_float(0x7FFFFFFF);
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float v[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        float v0 = d[m][4 * j + 2 * half], v1 = d[m][4 * j + 2 * half + 1];
+        if constexpr (Masked) {
+          const std::int32_t lim = pos[m][half] - first_key;
+          if (8 * j + 2 * c > lim) v0 = kNaN;
+          if (8 * j + 2 * c + 1 > lim) v1 = kNaN;
+        }
+        v[j] = fmaxf(v0, v1);
+      }
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
+      mx[m][half] = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
+    }
+  }
+}
+
 // The accumulator of a consumer's m64 half: thread (warp w of the warpgroup,
 // lane g * 4 + c) holds rows 16w + g and 16w + g + 8, columns 8j + 2c, + 1 for
 // j < 16, at d[4j + (0, 1)] and d[4j + (2, 3)].
@@ -308,44 +341,34 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
     sm90::fence_registers(d[0]);
     sm90::fence_registers(d[1]);
     // The stage (and after a tile's last block, the queries) is free once
-    // this warpgroup's MMAs have read it.
-    sm90::named_barrier_sync(1 + wg, 128);
-    if (tid == 0) {
+    // every consumer warp is past its wait: one arrival per warp, no barrier.
+    __syncwarp();
+    if (lane == 0) {
       sm90::mbar_arrive(smem_u32(&empty[s]));
       if (si.tile_end) sm90::mbar_arrive(smem_u32(q_empty));
     }
     const std::int32_t first_key = si.block * kBlockSize;
-    const bool partial = first_key + kBlockSize - 1 > si.pos0;
+    // Only a tile's last blocks hold keys beyond some of its rows: the masked
+    // reduction is a separate branch, so that the others skip its selects.
+    float mx[2][2];
+    if (!si.page_ok) {
+      mx[0][0] = mx[0][1] = mx[1][0] = mx[1][1] = kNaN;
+    } else if (first_key + kBlockSize - 1 > si.pos0) {
+      block_max<true>(d, pos, first_key, c, mx);
+    } else {
+      block_max<false>(d, pos, first_key, c, mx);
+    }
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float mx = kNaN;
-        if (si.page_ok) {
-          // NaN-lowest max of the row's 32 columns here, as a tree.
-          float v[16];
-#pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            float v0 = d[m][4 * j + 2 * half], v1 = d[m][4 * j + 2 * half + 1];
-            if (partial) {
-              const std::int32_t lim = pos[m][half] - first_key;
-              if (8 * j + 2 * c > lim) v0 = kNaN;
-              if (8 * j + 2 * c + 1 > lim) v1 = kNaN;
-            }
-            v[j] = fmaxf(v0, v1);
-          }
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
-          mx = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
-        }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float v = mx[m][half];
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
         const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
         if (c == half && pos[m][half] >= 0) {
           p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] =
-              first_key > pos[m][half] ? -INFINITY : mx;
+              first_key > pos[m][half] ? -INFINITY : v;
         }
       }
     }
@@ -370,10 +393,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       range = r;
       for (int s = 0; s < kStages; ++s) {
         sm90::mbar_init(smem_u32(&full[s]), 1);
-        sm90::mbar_init(smem_u32(&empty[s]), 2);
+        sm90::mbar_init(smem_u32(&empty[s]), kConsumerWarps);
       }
       sm90::mbar_init(smem_u32(&q_full), 1);
-      sm90::mbar_init(smem_u32(&q_empty), 2);
+      sm90::mbar_init(smem_u32(&q_empty), kConsumerWarps);
       sm90::mbar_init_fence();
     }
   }
