@@ -9,7 +9,7 @@
 // single long request spreads over every SM and a large batch keeps each CTA
 // on one or two requests.
 //
-// A CTA is one producer warp and 6 or 8 consumer warps around a ring of
+// A CTA is one producer warp and 6 or 11 consumer warps around a ring of
 // shared-memory stages, one block of index keys each (bf16 and fp8 by TMA
 // tensor loads in the 128-byte swizzle, nvfp4 pages by a bulk copy), with
 // full / empty mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
@@ -61,8 +61,9 @@ template <DecodeKeys K>
 constexpr int stage_bytes() {
   return (block_bytes<K>() + 1023) / 1024 * 1024;
 }
-// Consumer warps: 8 for nvfp4 (two per SM sub-partition, so that one converts
-// while the other multiplies), 6 for the formats bound by memory. Warp w of n
+// Consumer warps: 11 for nvfp4 (with the producer, three per SM sub-partition,
+// the most that leave each its 168 registers: its conversions are long chains
+// of dependent instructions), 6 for the formats bound by memory. Warp w of n
 // takes the CTA's blocks w, w + n, ..., and the stages are a multiple of n, so
 // that stage s only ever has warp s % n as its consumer: a warp waits on a
 // stage's fill only after it consumed the stage's previous fill itself. (With
@@ -70,14 +71,14 @@ constexpr int stage_bytes() {
 // full barrier's parity would read a fill two rounds back as this one.)
 template <DecodeKeys K>
 constexpr int num_consumers() {
-  return K == DecodeKeys::nvfp4 ? 8 : 6;
+  return K == DecodeKeys::nvfp4 ? 11 : 6;
 }
 template <DecodeKeys K>
 constexpr int num_stages() {
   return kRingBytes / stage_bytes<K>() / num_consumers<K>() * num_consumers<K>();
 }
 static_assert(num_stages<DecodeKeys::bf16>() == 6 && num_stages<DecodeKeys::e4m3>() == 12 &&
-              num_stages<DecodeKeys::nvfp4>() == 16);
+              num_stages<DecodeKeys::nvfp4>() == 11);
 template <DecodeKeys K>
 constexpr int num_threads() {
   return (num_consumers<K>() + 1) * 32;
@@ -363,22 +364,26 @@ __device__ __forceinline__ std::uint32_t lds16(std::uint32_t addr) {
   return v;
 }
 
-// acc[nt] += keys (m-tile `mt` of the stage) . rows of n-tile nt, all k-steps,
-// for the unit's first NT n-tiles.
+// acc[s % kChains][nt] += keys (m-tile `mt` of the stage) . rows of n-tile nt
+// over k-step s, for the unit's first NT n-tiles. nvfp4 keeps two chains of
+// accumulators (even and odd k-steps), so that the tensor cores' latency is
+// not paid eight times in a row while its conversions wait behind it.
+template <DecodeKeys K>
+constexpr int kChains = K == DecodeKeys::nvfp4 ? 2 : 1;
 template <int NT, DecodeKeys K, DecodeQuery Q>
 __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8_t* stage, int mt, int lane,
-                                          float (&acc)[NT][4]) {
+                                          float (&acc)[kChains<K>][NT][4]) {
   using U = Unit<K, Q>;
   const int g = lane >> 2, c = lane & 3;
   auto mma_all = [&](int s, std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       if constexpr (U::kConvert) {
-        mma_f16_16816(acc[nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
+        mma_f16_16816(acc[s % kChains<K>][nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
       } else {
 #pragma unroll
         for (int part = 0; part < U::kParts; ++part)
-          mma_bf16_16816(acc[nt], a0, a1, a2, a3, un.b[nt][part][s][0], un.b[nt][part][s][1]);
+          mma_bf16_16816(acc[0][nt], a0, a1, a2, a3, un.b[nt][part][s][0], un.b[nt][part][s][1]);
       }
     }
   };
@@ -448,13 +453,20 @@ __device__ __forceinline__ void block_max(const Unit<K, Q>& un, const std::uint8
   const int g = lane >> 2;
 #pragma unroll 1
   for (int mt = 0; mt < 8; ++mt) {
-    float acc[NT][4] = {};
+    float acc[kChains<K>][NT][4] = {};
     mma_mtile<NT, K, Q>(un, stage, mt, lane, acc);
+    if constexpr (kChains<K> == 2) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[0][nt][i] += acc[1][nt][i];
+      }
+    }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float v0 = acc[nt][e], v1 = acc[nt][2 + e];  // keys g, g + 8 of the m-tile
+        float v0 = acc[0][nt][e], v1 = acc[0][nt][2 + e];  // keys g, g + 8 of the m-tile
         if constexpr (Masked) {
           const std::int32_t lim = un.pos[nt][e] - first_key;
           if (mt * 16 + g > lim) v0 = kNaN;
