@@ -3,7 +3,8 @@
 // dims the row kernel holds, and how many CTAs of each kernel family fit on an
 // SM. Kernels and host code ask kv_format(kind) instead of comparing kinds;
 // a new format is a KvKind, a row here, its conversion in shared/convert.cuh
-// and its staging branch in mma_sync/load.cuh (docs/DESIGN.md).
+// and its Format type (format.cuh), which names each kernel family's part
+// for it (docs/DESIGN.md).
 // Host and device code (constexpr only, no CUDA headers).
 #pragma once
 

@@ -18,6 +18,7 @@
 #include "cuda/attention/decode/epilogue.cuh"
 #include "cuda/attention/mma_sync/mainloop.cuh"
 #include "cuda/attention/decode/query.cuh"
+#include "cuda/attention/format.cuh"
 #include "cuda/attention/mma_sync/smem.cuh"
 #include "cuda/attention/mma_sync/load.cuh"
 #include "cuda/attention/params.cuh"
@@ -32,7 +33,6 @@ __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     attend_kernel(const __grid_constant__ AttendParams p) {
   using L = RowLayout<kKind>;
   static_assert(!L::kWidened, "the row kernel reads raw stages");
-  constexpr bool kRawFp8 = kv_format(kKind).fp8;
   constexpr int kStages = L::kStages;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -82,8 +82,6 @@ __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     const int v = w.position - s_blocks[begin + i] * kBlockKeys + 1;
     return v < kBlockKeys ? v : kBlockKeys;
   };
-  const float* k_scales = stager.k_token_scales();
-  const float* v_scales = stager.v_token_scales();
 
   // kStages blocks in flight. One commit group per block (empty past the
   // end), so that "block i landed" is always "at most kStages - 1 pending".
@@ -97,18 +95,7 @@ __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     __syncthreads();
     const int stage = i % kStages;
     const int valid = valid_keys(i);
-    if constexpr (kv_format(kKind).fp4) {
-      attend_block_fp4<kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), stager.raw_k_bytes(stage) + fp4f::kScaleOffset,
-                             stager.raw_k_bytes(stage) + kNvfp4SlotBytes + fp4f::kScaleOffset, warp, lane,
-                             row_scale, valid);
-    } else if constexpr (kRawFp8) {
-      const float* scales = stager.stage_scales(stage);
-      attend_block_fp8<kKind, kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), warp, lane, row_scale, valid,
-                                    scales, scales != nullptr ? scales + kBlockKeys : nullptr);
-    } else {
-      attend_block<kF16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), warp, lane, p.score_scale_log2, valid,
-                         k_scales, v_scales);
-    }
+    Format<kKind>::RowBlock::template attend<kKind, kF16>(st, qf, stager, stage, warp, lane, row_scale, valid, p);
     __syncthreads();
     if (i + kStages < count) stager.issue(stage, s_pages[begin + i + kStages], valid_keys(i + kStages));
     cp_async_commit();

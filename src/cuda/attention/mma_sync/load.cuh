@@ -4,7 +4,7 @@
 // widening of the stored codes to the MMA type (the token tiles; the row
 // kernel converts in registers instead). Stager holds the CTA's stage
 // addresses and scales; each format's copies and widening are its Staging
-// (stage_half.cuh, stage_fp8.cuh, stage_fp4.cuh), picked by kv_format.
+// (stage_half.cuh, stage_fp8.cuh, stage_fp4.cuh), named by Format (format.cuh).
 //
 // Keys past the row's causal limit (valid_keys) are never read: their 16-byte
 // copies are zero-filled, and widening writes zeros for them, so NaN that may
@@ -17,8 +17,8 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
+#include "cuda/attention/format.cuh"
 #include "cuda/attention/mma_sync/smem.cuh"
 #include "cuda/attention/mma_sync/stage_fp4.cuh"
 #include "cuda/attention/mma_sync/stage_fp8.cuh"
@@ -42,8 +42,7 @@ struct Stager {
   static constexpr bool kF16Mma = kF16;
   static constexpr KvKind kKindValue = kKind;
   // The format's copies and widening.
-  using Staging = std::conditional_t<!kFormat.converted, HalfStaging,
-                                     std::conditional_t<kFormat.fp4, Fp4Staging, Fp8Staging>>;
+  using Staging = typename Format<kKind>::Staging;
   unsigned char* smem;
   const AttendParams& p;
   int head;

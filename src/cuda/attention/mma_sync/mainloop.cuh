@@ -13,7 +13,9 @@
 
 #include "cuda/common/fp4_fragments.hpp"
 #include "cuda/common/fp8_fragments.hpp"
+#include "cuda/attention/format.cuh"
 #include "cuda/attention/mma_sync/smem.cuh"
+#include "cuda/attention/params.cuh"
 #include "cuda/attention/shared/convert.cuh"
 #include "cuda/common/ptx.cuh"
 
@@ -320,5 +322,40 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
     }
   }
 }
+
+// The row kernel's block, per format (Format<kKind>::RowBlock): one staged
+// block of the stager's stage `stage`, keys < valid_keys.
+//   row_scale: the score scale of the thread's rows lane / 4 and lane / 4 + 8
+struct HalfRowBlock {
+  template <KvKind kKind, bool kF16, class Stager>
+  __device__ __forceinline__ static void attend(WarpState& st, const std::uint32_t (&qf)[8][4], const Stager& stager,
+                                                int stage, int warp, int lane, const float (&row_scale)[2],
+                                                int valid_keys, const AttendParams& p) {
+    (void)row_scale;  // a 16-bit query tile is not scaled: the step's score scale
+    attend_block<kF16>(st, qf, stager.k_tile(stage), stager.v_tile(stage), warp, lane, p.score_scale_log2, valid_keys,
+                       stager.k_token_scales(), stager.v_token_scales());
+  }
+};
+struct Fp8RowBlock {
+  template <KvKind kKind, bool kF16, class Stager>
+  __device__ __forceinline__ static void attend(WarpState& st, const std::uint32_t (&qf)[8][4], const Stager& stager,
+                                                int stage, int warp, int lane, const float (&row_scale)[2],
+                                                int valid_keys, const AttendParams&) {
+    const float* scales = stager.stage_scales(stage);
+    attend_block_fp8<kKind, kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage), warp, lane, row_scale, valid_keys,
+                                  scales, scales != nullptr ? scales + kBlockKeys : nullptr);
+  }
+};
+struct Fp4RowBlock {
+  template <KvKind kKind, bool kF16, class Stager>
+  __device__ __forceinline__ static void attend(WarpState& st, const std::uint32_t (&qf)[8][4], const Stager& stager,
+                                                int stage, int warp, int lane, const float (&row_scale)[2],
+                                                int valid_keys, const AttendParams&) {
+    attend_block_fp4<kF16>(st, qf, stager.raw_k(stage), stager.raw_v(stage),
+                           stager.raw_k_bytes(stage) + fp4f::kScaleOffset,
+                           stager.raw_k_bytes(stage) + kNvfp4SlotBytes + fp4f::kScaleOffset, warp, lane, row_scale,
+                           valid_keys);
+  }
+};
 
 }  // namespace msa::cuda::attention

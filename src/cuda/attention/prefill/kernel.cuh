@@ -47,6 +47,7 @@
 
 #include "cuda/attention/host/prepare_once.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/attention/format.cuh"
 #include "cuda/attention/shared/tile_scheduler.cuh"
 #include "cuda/attention/prefill/mainloop.cuh"
 #include "cuda/attention/prefill/layout.cuh"
@@ -172,13 +173,8 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
       const TileEntries entries = list_entries(const_cast<unsigned char*>(plan) + W::kHeaderBytes);
       const int n = header[PlanHeader::kEntries], head = header[PlanHeader::kHead];
       const int tail_block = header[PlanHeader::kTailBlock], tail_keys = header[PlanHeader::kTailKeys];
-      if constexpr (kAsStored)
-        load_half_blocks<kScaled>(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails,
-                                  j == 0 ? k_issued : 0, p.cache.k_scales, p.num_kv_heads);
-      else if constexpr (kv_format(kKind).fp4)
-        widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
-      else
-        widen_fp8_blocks<kKind, kF16>(p, maps, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
+      Format<kKind>::TileProducer::template stream<kKind, kF16, kScaled>(
+          p, maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, ptid, g0, tails, j == 0 ? k_issued : 0);
       g0 += n;
     }
     return;

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/common/fp4_fragments.hpp"
+#include "cuda/attention/format.cuh"
 #include "cuda/attention/shared/convert.cuh"
 #include "cuda/attention/prefill/layout.cuh"
 #include "cuda/common/wgmma.cuh"
@@ -92,6 +93,21 @@ __device__ __forceinline__ void load_half_blocks(const KvMaps& maps, const TileE
     }
   }
 }
+
+// The token tiles' producer of a tile's blocks for caches read as stored
+// (Format<kKind>::TileProducer, format.cuh): load_half_blocks, by the
+// streaming warp (lane); k_issued: K tiles its lead load already issued.
+struct HalfTileProducer {
+  template <KvKind kKind, bool kF16, bool kScaled>
+  __device__ __forceinline__ static void stream(const AttendParams& p, const KvMaps& maps, const TileEntries& entries,
+                                                int n, int head, int tail_block, int tail_keys, unsigned char* smem,
+                                                const WgmmaBars& bar, int lane, int ptid, int g0, int& tails,
+                                                int k_issued) {
+    (void)ptid;
+    load_half_blocks<kScaled>(maps, entries, n, head, tail_block, tail_keys, smem, bar, lane, g0, tails, k_issued,
+                              p.cache.k_scales, p.num_kv_heads);
+  }
+};
 
 // The converting producer (the whole warpgroup, ptid 0..127), one tile after
 // g0 blocks: its thread 0 starts the raw K and V loads of each block

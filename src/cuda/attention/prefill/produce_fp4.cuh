@@ -68,4 +68,17 @@ __device__ __forceinline__ void widen_fp4_blocks(const AttendParams& p, const Ti
                [](int, int, unsigned char* slot, int r, bool zero) { widen_row_fp4<kF16>(slot, r, zero); });
 }
 
+// The token tiles' producer of a tile's blocks for nvfp4 caches
+// (Format<kKind>::TileProducer, format.cuh), by the producer warpgroup (ptid).
+struct Fp4TileProducer {
+  template <KvKind kKind, bool kF16, bool kScaled>
+  __device__ __forceinline__ static void stream(const AttendParams& p, const KvMaps& maps, const TileEntries& entries,
+                                                int n, int head, int tail_block, int tail_keys, unsigned char* smem,
+                                                const WgmmaBars& bar, int lane, int ptid, int g0, int& tails,
+                                                int k_issued) {
+    (void)maps, (void)lane, (void)tails, (void)k_issued;
+    widen_fp4_blocks<kF16>(p, entries, n, head, tail_block, tail_keys, smem, bar, ptid, g0);
+  }
+};
+
 }  // namespace msa::cuda::attention

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "cuda/common/fp4_fragments.hpp"
+#include "cuda/attention/format.cuh"
 #include "cuda/attention/shared/convert.cuh"
 #include "cuda/attention/shared/step.cuh"
 #include "cuda/common/ptx.cuh"
@@ -193,6 +194,30 @@ __device__ __forceinline__ void copy_token_scales(const AttendParams& p, const W
   m.scales[((std::int64_t(page) * p.num_kv_heads + item.z) * 2 + plane) * kBlockKeys + t] = value;
 }
 
+}  // namespace
+
+// The widen-ahead kernel's work on one claimed triple, per format
+// (Format<kKind>::WidenAhead, format.cuh): its K and V tiles (out_of gives
+// their place and sets `page`, the widened page), and for fp8 the per-token
+// scales.
+struct Fp8WidenAhead {
+  template <KvKind kKind, bool kF16, class Out>
+  __device__ __forceinline__ static void run(const AttendParams& p, const WidenMarks& m, const int4& item, Out out_of,
+                                             const int& page) {
+    widen_fp8_tiles<kKind, kF16>(p, item.w, item.z, out_of);
+    if (m.scales != nullptr && page >= 0 && page < m.pages) copy_token_scales(p, m, item, page);
+  }
+};
+struct Fp4WidenAhead {
+  template <KvKind kKind, bool kF16, class Out>
+  __device__ __forceinline__ static void run(const AttendParams& p, const WidenMarks&, const int4& item, Out out_of,
+                                             const int&) {
+    widen_fp4_tiles<kF16>(p, item.w, item.z, out_of);
+  }
+};
+
+namespace {
+
 // The claimed (request, head, block) triples, K and V each, into their
 // pages, by persistent CTAs; a gated step first sets the tile gates (the
 // pages fit: the widened tiles run, else the on-the-fly ones), and widens
@@ -224,12 +249,7 @@ __global__ void __launch_bounds__(kWidenThreads, kWidenCtasPerSm)
       const std::int64_t slot = (std::int64_t(page) * p.num_kv_heads + item.z) * kTileBytes;
       return TilePair{m.k + slot, m.v + slot};
     };
-    if constexpr (kv_format(kKind).fp4) {
-      widen_fp4_tiles<kF16>(p, item.w, item.z, out_of);
-    } else {
-      widen_fp8_tiles<kKind, kF16>(p, item.w, item.z, out_of);
-      if (m.scales != nullptr && page >= 0 && page < m.pages) copy_token_scales(p, m, item, page);
-    }
+    Format<kKind>::WidenAhead::template run<kKind, kF16>(p, m, item, out_of, page);
   }
 }
 

@@ -1,0 +1,53 @@
+// Each KV format as one type: its row of the format table (kv_format.hpp) and,
+// by name, the part each kernel family runs for it. The parts live with their
+// family, next to the layouts they use; a kernel takes Format<kKind>'s part
+// instead of branching on the kind. A new format is a KvKind with its table
+// row, a Format specialization here, and each part it names written in its
+// family (docs/DESIGN.md, "where to change what").
+#pragma once
+
+#include "cuda/attention/kv_format.hpp"
+
+namespace msa::cuda::attention {
+
+// mma_sync/stage_{half,fp8,fp4}.cuh: the mma.sync kernels' copies of a block
+// into shared memory, and its widening to the MMA type where a tile is read.
+struct HalfStaging;
+struct Fp8Staging;
+struct Fp4Staging;
+// mma_sync/mainloop.cuh: the row (decode) kernel's multiply of one staged block.
+struct HalfRowBlock;
+struct Fp8RowBlock;
+struct Fp4RowBlock;
+// prefill/load.cuh, prefill/produce_{fp8,fp4}.cuh: the wgmma token tiles'
+// producer of one tile's blocks.
+struct HalfTileProducer;
+struct Fp8TileProducer;
+struct Fp4TileProducer;
+// widen/widen.cu: the widen-ahead kernel's work on one (page, KV head).
+struct Fp8WidenAhead;
+struct Fp4WidenAhead;
+
+// A format's table row and parts.
+template <KvKind K, class StagingT, class RowBlockT, class TileProducerT, class WidenAheadT>
+struct FormatParts {
+  static constexpr KvFormat table = kv_format(K);
+  using Staging = StagingT;
+  using RowBlock = RowBlockT;
+  using TileProducer = TileProducerT;
+  using WidenAhead = WidenAheadT;  // void: read as stored, never widened ahead
+};
+
+template <KvKind K>
+struct Format;
+template <>
+struct Format<KvKind::half> : FormatParts<KvKind::half, HalfStaging, HalfRowBlock, HalfTileProducer, void> {};
+// e4m3 and e5m2 share their parts; the conversion tells them apart.
+template <>
+struct Format<KvKind::e4m3> : FormatParts<KvKind::e4m3, Fp8Staging, Fp8RowBlock, Fp8TileProducer, Fp8WidenAhead> {};
+template <>
+struct Format<KvKind::e5m2> : FormatParts<KvKind::e5m2, Fp8Staging, Fp8RowBlock, Fp8TileProducer, Fp8WidenAhead> {};
+template <>
+struct Format<KvKind::nvfp4> : FormatParts<KvKind::nvfp4, Fp4Staging, Fp4RowBlock, Fp4TileProducer, Fp4WidenAhead> {};
+
+}  // namespace msa::cuda::attention
