@@ -1,9 +1,9 @@
-// Each KV format as one type: its row of the format table (kv_format.hpp) and,
-// by name, the part each kernel family runs for it. The parts live with their
-// family, next to the layouts they use; a kernel takes Format<kKind>'s part
-// instead of branching on the kind. A new format is a KvKind with its table
-// row, a Format specialization here, and each part it names written in its
-// family (docs/DESIGN.md, "where to change what").
+// Each KV format as one type, naming the part each kernel family runs for it
+// (its sizes and occupancy are its row of kv_format.hpp). The parts live with
+// their family, next to the layouts they use; a kernel takes Format<kKind>'s
+// part instead of branching on the kind. A new format is a KvKind with its
+// table row, a Format specialization here, and each part it names written in
+// its family (docs/DESIGN.md, "where to change what").
 #pragma once
 
 #include "cuda/attention/kv_format.hpp"
@@ -28,10 +28,9 @@ struct Fp4TileProducer;
 struct Fp8WidenAhead;
 struct Fp4WidenAhead;
 
-// A format's table row and parts.
-template <KvKind K, class StagingT, class RowBlockT, class TileProducerT, class WidenAheadT>
+// A format's parts.
+template <class StagingT, class RowBlockT, class TileProducerT, class WidenAheadT>
 struct FormatParts {
-  static constexpr KvFormat table = kv_format(K);
   using Staging = StagingT;
   using RowBlock = RowBlockT;
   using TileProducer = TileProducerT;
@@ -41,13 +40,13 @@ struct FormatParts {
 template <KvKind K>
 struct Format;
 template <>
-struct Format<KvKind::half> : FormatParts<KvKind::half, HalfStaging, HalfRowBlock, HalfTileProducer, void> {};
+struct Format<KvKind::half> : FormatParts<HalfStaging, HalfRowBlock, HalfTileProducer, void> {};
 // e4m3 and e5m2 share their parts; the conversion tells them apart.
 template <>
-struct Format<KvKind::e4m3> : FormatParts<KvKind::e4m3, Fp8Staging, Fp8RowBlock, Fp8TileProducer, Fp8WidenAhead> {};
+struct Format<KvKind::e4m3> : FormatParts<Fp8Staging, Fp8RowBlock, Fp8TileProducer, Fp8WidenAhead> {};
 template <>
-struct Format<KvKind::e5m2> : FormatParts<KvKind::e5m2, Fp8Staging, Fp8RowBlock, Fp8TileProducer, Fp8WidenAhead> {};
+struct Format<KvKind::e5m2> : FormatParts<Fp8Staging, Fp8RowBlock, Fp8TileProducer, Fp8WidenAhead> {};
 template <>
-struct Format<KvKind::nvfp4> : FormatParts<KvKind::nvfp4, Fp4Staging, Fp4RowBlock, Fp4TileProducer, Fp4WidenAhead> {};
+struct Format<KvKind::nvfp4> : FormatParts<Fp4Staging, Fp4RowBlock, Fp4TileProducer, Fp4WidenAhead> {};
 
 }  // namespace msa::cuda::attention

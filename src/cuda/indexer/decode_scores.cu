@@ -77,8 +77,10 @@ template <DecodeKeys K>
 constexpr int num_stages() {
   return kRingBytes / stage_bytes<K>() / num_consumers<K>() * num_consumers<K>();
 }
-static_assert(num_stages<DecodeKeys::bf16>() == 6 && num_stages<DecodeKeys::e4m3>() == 12 &&
-              num_stages<DecodeKeys::nvfp4>() == 11);
+static_assert(num_stages<DecodeKeys::bf16>() >= num_consumers<DecodeKeys::bf16>() &&
+                  num_stages<DecodeKeys::e4m3>() >= num_consumers<DecodeKeys::e4m3>() &&
+                  num_stages<DecodeKeys::nvfp4>() >= num_consumers<DecodeKeys::nvfp4>(),
+              "a stage for every consumer warp");
 template <DecodeKeys K>
 constexpr int num_threads() {
   return (num_consumers<K>() + 1) * 32;
