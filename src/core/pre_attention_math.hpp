@@ -58,8 +58,10 @@ MSA_HD float rms_factor(float s, float eps) {
 #endif
 }
 
-// One normed value: (x * r) * (1 + w).
-MSA_HD float norm_value(float x, float r, float w) { return mul(mul(x, r), add(1.0f, w)); }
+// One normed value: (x * r) * g with the gain g = 1 + w (norm_gain).
+MSA_HD float norm_gain(float w) { return add(1.0f, w); }
+MSA_HD float norm_scaled(float x, float r, float g) { return mul(mul(x, r), g); }
+MSA_HD float norm_value(float x, float r, float w) { return norm_scaled(x, r, norm_gain(w)); }
 
 // RoPE of the pair (a, b) = (y[j], y[j + 32]) with c = cos, s = sin of column j:
 // the new y[j] and the new y[j + 32].

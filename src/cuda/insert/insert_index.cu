@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) insert_index_kernel(const InsertInde
   const std::int64_t token = slot - page * kBlockSize;
   // The lanes of one token leave or stay together: its 16 lanes are all here.
   const unsigned row_lanes = 0xFFFFu << (threadIdx.x & 16u);
-  insert_detail::store_index8<Dst>(p.cache, page, token, c, x, row_lanes);
+  insert_detail::store_index_row<Dst>(p.cache, page, token, c, x, row_lanes);
 }
 
 template <int Src>

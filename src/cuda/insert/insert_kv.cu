@@ -4,7 +4,7 @@
 //
 // Work split: one warp per (token, KV head); lanes 0-15 take K, lanes 16-31 take
 // V, each lane 8 consecutive elements (one 16-byte load of the bf16/fp16 source),
-// stored by insert_store.cuh's store_kv8 (row reductions are shuffles inside
+// stored by insert_store.cuh's store_kv_row (row reductions are shuffles inside
 // the 16-lane half). Every store is vectorized when the address allows it.
 #include <cstdint>
 
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) insert_kv_kernel(const InsertKVParam
   float x[8];
   insert_detail::load8<Src>((is_v ? p.v : p.k) + pair * kHeadDim + 8 * c, x);
 
-  insert_detail::store_kv8<Dst>(p.cache, page, h, token, is_v, c, x, 0xffffffffu);
+  insert_detail::store_kv_row<Dst>(p.cache, page, h, token, is_v, c, x, 0xffffffffu);
 }
 
 template <int Src>

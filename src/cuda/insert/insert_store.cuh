@@ -1,10 +1,12 @@
 // The inserts' row stores, shared by insert_kv, insert_index and the fused
 // pre-attention kernel so that every writer of a cache quantizes the same way:
-// 16 lanes hold one row of 128 values, lane c the elements 8c .. 8c+7, and
-// store it into the main cache (any dtype, layout and scale mode) or into the
-// index cache (insert_util.cuh's element stores and nvfp4 quantizer). Row
-// reductions (per-(token, head) amax, nvfp4 group amax) are shuffles among the
-// 16 lanes named by `mask`, which must all take part.
+// `Lanes` lanes (16 or 8) hold one row of 128 values, lane c the groups of 8
+// elements c + Lanes * g for g < 16 / Lanes (in x[8g .. 8g+7]), and store it
+// into the main cache (any dtype, layout and scale mode) or into the index
+// cache (insert_util.cuh's element stores and nvfp4 quantizer). Row reductions
+// (per-(token, head) amax, nvfp4 group amax) are shuffles among the lanes
+// named by `mask`, which must all take part. An nvfp4 group of 16 elements is
+// a lane pair in both layouts.
 #pragma once
 
 #include <cstdint>
@@ -19,17 +21,22 @@
 
 namespace msa::cuda::insert_detail {
 
-// K (is_v 0) or V (is_v 1) of KV head `head` at (page, token): the row's
-// elements 8c .. 8c+7 from this lane. fp8 per_token_head rows write their scale
-// (amax / fp8 max, 1 when amax is 0) from lane 0 of the row.
-template <int Dst>
-__device__ __forceinline__ void store_kv8(const KVCacheView& cache, std::int64_t page,
-                                          std::int64_t head, std::int64_t token, int is_v, int c,
-                                          const float* x, unsigned mask) {
+// K (is_v 0) or V (is_v 1) of KV head `head` at (page, token): this lane's
+// groups of the row (x: [128 / Lanes]). fp8 per_token_head rows write their
+// scale (amax / fp8 max, 1 when amax is 0) from lane 0 of the row.
+template <int Dst, int Lanes = 16>
+__device__ __forceinline__ void store_kv_row(const KVCacheView& cache, std::int64_t page,
+                                             std::int64_t head, std::int64_t token, int is_v, int c,
+                                             const float* x, unsigned mask) {
+  static_assert(Lanes == 16 || Lanes == 8, "a row is held by 16 or 8 lanes");
+  constexpr int kGroups = 16 / Lanes;
   if constexpr (Dst == kDstNvfp4) {
     auto* slot = static_cast<std::uint8_t*>(cache.k) + nvfp4::slot_offset(cache, page, head, is_v);
-    store_nvfp4_8(x, is_v ? cache.v_scale : cache.k_scale, c, mask, slot + nvfp4::data_offset(token, 0),
-                  slot + nvfp4::scale_offset(token, 0));
+    const float global_scale = is_v ? cache.v_scale : cache.k_scale;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      store_nvfp4_8(x + 8 * g, global_scale, c + Lanes * g, mask, slot + nvfp4::data_offset(token, 0),
+                    slot + nvfp4::scale_offset(token, 0));
   } else {
     float scale = 1.0f;
     if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {
@@ -38,15 +45,18 @@ __device__ __forceinline__ void store_kv8(const KVCacheView& cache, std::int64_t
       } else if (cache.scale_mode == ScaleMode::per_token_head) {
         float amax = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
+        for (int e = 0; e < 8 * kGroups; ++e) amax = fmaxf(amax, fabsf(x[e]));
 #pragma unroll
-        for (int m = 8; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, m));
+        for (int m = Lanes / 2; m >= 1; m >>= 1) amax = fmaxf(amax, __shfl_xor_sync(mask, amax, m));
         constexpr float kFp8Max = Dst == kDstE4m3 ? 448.0f : 57344.0f;
         scale = amax == 0.0f ? 1.0f : amax / kFp8Max;
         if (c == 0) (is_v ? cache.v_scales : cache.k_scales)[cache.scale_index(page, head, token)] = scale;
       }
     }
-    store8<Dst>(is_v ? cache.v : cache.k, cache.offset(page, head, token, 8 * c), x, scale);
+    void* base = is_v ? cache.v : cache.k;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      store8<Dst>(base, cache.offset(page, head, token, 8 * (c + Lanes * g)), x + 8 * g, scale);
   }
 }
 
@@ -61,28 +71,35 @@ inline int index_dst_tag(DType t, const char* what) {
   }
 }
 
-// The index key of (page, token): elements 8c .. 8c+7 from this lane (nvfp4:
-// the 72-byte row of contract 4.2 under the cache's global scale).
-template <int Dst>
-__device__ __forceinline__ void store_index8(const IndexCacheView& cache, std::int64_t page,
-                                             std::int64_t token, int c, const float* x, unsigned mask) {
+// The index key of (page, token): this lane's groups of the row (x: [128 /
+// Lanes]; nvfp4: the 72-byte row of contract 4.2 under the cache's global scale).
+template <int Dst, int Lanes = 16>
+__device__ __forceinline__ void store_index_row(const IndexCacheView& cache, std::int64_t page,
+                                                std::int64_t token, int c, const float* x, unsigned mask) {
+  static_assert(Lanes == 16 || Lanes == 8, "a row is held by 16 or 8 lanes");
+  constexpr int kGroups = 16 / Lanes;
   if constexpr (Dst == kDstNvfp4) {
     std::uint8_t* row = static_cast<std::uint8_t*>(cache.base) + index_nvfp4::row_offset(cache, page, token);
-    store_nvfp4_8(x, cache.global_scale, c, mask, row, row + index_nvfp4::kDataBytes);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      store_nvfp4_8(x + 8 * g, cache.global_scale, c + Lanes * g, mask, row, row + index_nvfp4::kDataBytes);
   } else {
-    store8<Dst>(cache.base, cache.offset(page, token, 8 * c), x, 1.0f);
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      store8<Dst>(cache.base, cache.offset(page, token, 8 * (c + Lanes * g)), x + 8 * g, 1.0f);
   }
 }
 
-// store_index8 for a tag known at run time (index_dst_tag), for kernels that
-// serve every index dtype from one instance.
-__device__ __forceinline__ void store_index8_tagged(int tag, const IndexCacheView& cache,
-                                                    std::int64_t page, std::int64_t token, int c,
-                                                    const float* x, unsigned mask) {
+// store_index_row for a tag known at run time (index_dst_tag), for kernels
+// that serve every index dtype from one instance.
+template <int Lanes = 16>
+__device__ __forceinline__ void store_index_row_tagged(int tag, const IndexCacheView& cache,
+                                                       std::int64_t page, std::int64_t token, int c,
+                                                       const float* x, unsigned mask) {
   switch (tag) {
-    case kDstE4m3: store_index8<kDstE4m3>(cache, page, token, c, x, mask); break;
-    case kDstNvfp4: store_index8<kDstNvfp4>(cache, page, token, c, x, mask); break;
-    default: store_index8<kDstBf16>(cache, page, token, c, x, mask); break;
+    case kDstE4m3: store_index_row<kDstE4m3, Lanes>(cache, page, token, c, x, mask); break;
+    case kDstNvfp4: store_index_row<kDstNvfp4, Lanes>(cache, page, token, c, x, mask); break;
+    default: store_index_row<kDstBf16, Lanes>(cache, page, token, c, x, mask); break;
   }
 }
 

@@ -1,13 +1,17 @@
 // Small pieces shared by the insert kernels: 8-element loads of a bf16/fp16
 // source and 8-element stores into a bf16/fp16/fp8 cache row, 16- or 8-byte
 // wide when the address is aligned (views may have any strides), element-wise
-// otherwise; the nvfp4 quantizer of 8 elements. Conversions are the bit-exact
-// ones of msa/numeric.hpp.
+// otherwise; the nvfp4 quantizer of 8 elements. Conversions give the codes of
+// msa/numeric.hpp bit for bit: the hardware's paired round-to-nearest-even
+// conversions agree with them on every input but NaN, whose code is fixed here.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "msa/dtype.hpp"
@@ -58,7 +62,7 @@ __device__ __forceinline__ bool aligned(const void* p, unsigned bytes) {
 template <int Src>
 __device__ __forceinline__ float half_to_float(std::uint16_t h) {
   if constexpr (Src == kSrcBf16) return num::bf16_to_float(h);
-  else return num::fp16_to_float(h);
+  else return __half2float(__ushort_as_half(h));  // exact
 }
 
 // x[e] = src[e] for e < 8, as float.
@@ -79,24 +83,47 @@ __device__ __forceinline__ void load8(const std::uint16_t* src, float* x) {
   }
 }
 
-// Element code of x in a packed cache dtype (fp8: x / scale first).
+// The bf16 / fp16 codes of (a, b), a in the low half; NaN gives 0x7FFF.
 template <int Dst>
-__device__ __forceinline__ std::uint32_t encode(float x, float scale) {
-  if constexpr (Dst == kDstBf16) return num::float_to_bf16(x);
-  else if constexpr (Dst == kDstFp16) return num::float_to_fp16(x);
-  else if constexpr (Dst == kDstE4m3) return num::float_to_e4m3(x / scale);
-  else return num::float_to_e5m2(x / scale);
+__device__ __forceinline__ std::uint32_t half2_codes(float a, float b) {
+  static_assert(Dst == kDstBf16 || Dst == kDstFp16);
+  std::uint32_t w;
+  if constexpr (Dst == kDstBf16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    memcpy(&w, &h, sizeof(w));
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    memcpy(&w, &h, sizeof(w));
+  }
+  if (__builtin_expect(a != a || b != b, 0)) {
+    if (a != a) w = (w & 0xFFFF0000u) | 0x7FFFu;
+    if (b != b) w = (w & 0x0000FFFFu) | 0x7FFF0000u;
+  }
+  return w;
 }
 
-// Stores x[0..8) at element offset `off` of a bf16/fp16/fp8 cache base.
+// The saturating e4m3 / e5m2 codes of (a, b), a in the low byte; NaN gives 0x7F.
+template <int Dst>
+__device__ __forceinline__ std::uint32_t fp8x2_codes(float a, float b) {
+  static_assert(Dst == kDstE4m3 || Dst == kDstE5m2);
+  std::uint32_t w = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                             Dst == kDstE4m3 ? __NV_E4M3 : __NV_E5M2);
+  if (__builtin_expect(a != a || b != b, 0)) {
+    if (a != a) w = (w & 0xFF00u) | 0x7Fu;
+    if (b != b) w = (w & 0x00FFu) | 0x7F00u;
+  }
+  return w;
+}
+
+// Stores x[0..8) at element offset `off` of a bf16/fp16/fp8 cache base (fp8:
+// x / scale).
 template <int Dst>
 __device__ __forceinline__ void store8(void* base, std::int64_t off, const float* x, float scale) {
   if constexpr (Dst == kDstBf16 || Dst == kDstFp16) {
     std::uint16_t* dst = static_cast<std::uint16_t*>(base) + off;
     std::uint32_t w[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      w[e] = encode<Dst>(x[2 * e], scale) | (encode<Dst>(x[2 * e + 1], scale) << 16);
+    for (int e = 0; e < 4; ++e) w[e] = half2_codes<Dst>(x[2 * e], x[2 * e + 1]);
     if (aligned(dst, 16)) {
       *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
@@ -106,9 +133,11 @@ __device__ __forceinline__ void store8(void* base, std::int64_t off, const float
     }
   } else {
     std::uint8_t* dst = static_cast<std::uint8_t*>(base) + off;
-    std::uint32_t w[2] = {0, 0};
+    std::uint32_t w[2];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) w[e >> 2] |= encode<Dst>(x[e], scale) << (8 * (e & 3));
+    for (int e = 0; e < 2; ++e)
+      w[e] = fp8x2_codes<Dst>(x[4 * e] / scale, x[4 * e + 1] / scale) |
+             (fp8x2_codes<Dst>(x[4 * e + 2] / scale, x[4 * e + 3] / scale) << 16);
     if (aligned(dst, 8)) {
       *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
     } else {
@@ -128,11 +157,17 @@ __device__ __forceinline__ void store_bytes4(std::uint8_t* p, std::uint32_t byte
   }
 }
 
+// The value of an e4m3 code (exact: every e4m3 value is an fp16 value).
+__device__ __forceinline__ float e4m3_value(std::uint8_t code) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(code, __NV_E4M3)));
+}
+
 // Quantizes 8 elements (8c .. 8c+7 of one row) to nvfp4 (contract 4.3), as
 // cpu::insert_* does: lanes c and c ^ 1 hold one 16-element group, so its amax
 // is one shuffle; this lane writes its 4 data bytes and, from even c, the
-// group's scale byte. `mask` names the lanes that execute this call (it must
-// include both lanes of the pair).
+// group's scale byte. Each element is (x / global_scale) / scale value, two
+// roundings as in num::nvfp4_encode. `mask` names the lanes that execute this
+// call (it must include both lanes of the pair).
 //   data: [64] data bytes of the row, scales: [8] scale bytes of the row
 __device__ __forceinline__ void store_nvfp4_8(const float* x, float global_scale, int c, unsigned mask,
                                               std::uint8_t* data, std::uint8_t* scales) {
@@ -141,11 +176,12 @@ __device__ __forceinline__ void store_nvfp4_8(const float* x, float global_scale
   for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
   amax = fmaxf(amax, __shfl_xor_sync(mask, amax, 1));  // the other half of the group
   const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
+  const float sf_value = e4m3_value(sf);
   std::uint32_t bytes = 0;
 #pragma unroll
   for (int e = 0; e < 8; e += 2) {
-    const std::uint32_t lo = num::nvfp4_encode(x[e], sf, global_scale);
-    const std::uint32_t hi = num::nvfp4_encode(x[e + 1], sf, global_scale);
+    const std::uint32_t lo = num::float_to_e2m1(x[e] / global_scale / sf_value);
+    const std::uint32_t hi = num::float_to_e2m1(x[e + 1] / global_scale / sf_value);
     bytes |= (lo | (hi << 4)) << (4 * e);
   }
   store_bytes4(data + 4 * c, bytes);

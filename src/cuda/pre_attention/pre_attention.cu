@@ -1,20 +1,31 @@
 // Pre-attention (msa/pre_attention.hpp, contract 10) in one pass over qkv,
 // bit-identical to cpu::pre_attention.
 //
-// Work split: 16 lanes (half a warp) per (token, head) of the qkv rows, lane c
-// holding elements 8c .. 8c+7 (one 16-byte load). Items are numbered token-
-// major, head-minor, so a warp's two halves read 512 consecutive bytes; each
-// half takes kItems items kHalves apart and issues all their loads before it
-// computes, to keep more bytes in flight per thread.
+// Work split: 8 lanes (a group) per (token, head) of the qkv rows. Lane c
+// holds the elements 8c .. 8c+7 and 64+8c .. 64+8c+7 (two 16-byte loads), so
+// that the rotated half of a head (dims 0..63) is spread over all 8 lanes and
+// RoPE pairs element j (lanes 0-3) with j + 32 (lanes 4-7) by one shuffle.
+// Items are numbered in tiles of kTileTokens tokens, head-major within a tile,
+// so the four groups of a warp take one head of four consecutive tokens: every
+// branch on the head's kind is uniform over the warp (no kind's quantizer
+// waits for another's, and the norm's shuffles name the whole warp), and
+// consecutive warps read neighbouring heads of the same rows.
 //
-// Per item, in the order of the SEMANTICS: the sum of squares is each lane's 8
-// squares then an xor tree over the 16 lanes (the tree src/core/
-// pre_attention_math.hpp spells out for the CPU), RoPE pairs element j (lanes
-// 0-3) with j + 32 (lanes 4-7) by one shuffle, the result is rounded to the
-// qkv dtype, and the stores are insert_store.cuh's, the very code of
-// insert_kv / insert_index, so every cache dtype the inserts know is written
-// here the same way. All shuffles name the half's 16 lanes only: the two
-// halves of a warp may hold different kinds of heads.
+// The grid is one wave of persistent blocks. A warp holds the items of its
+// next step in registers while it processes the current ones, and has the
+// qkv rows of the step after that prefetched into L2: the kernel streams
+// memory, and its loads wait on L2 rather than on DRAM.
+//
+// Per item, in the order of the SEMANTICS: the sum of squares is each lane's
+// two partials of 8 (p[c] and p[c + 8], added first, as the tree of src/core/
+// pre_attention_math.hpp does) then an xor tree over the 8 lanes; the norm
+// gains 1 + w of the four head kinds are computed once per block into shared
+// memory; the result is rounded to the qkv dtype, and the stores are
+// insert_store.cuh's, the very code of insert_kv / insert_index, so every
+// cache dtype the inserts know is written here the same way (row reductions
+// there are shuffles among the group's 8 lanes: tokens of a warp may skip
+// their K / V).
+#include <algorithm>
 #include <cstdint>
 
 #include <cuda_bf16.h>
@@ -23,7 +34,9 @@
 #include "core/check_pre_attention.hpp"
 #include "core/pre_attention_math.hpp"
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.hpp"
 #include "cuda/common/device_check.cuh"
+#include "cuda/common/ptx.cuh"
 #include "cuda/insert/insert_store.cuh"
 #include "cuda/insert/insert_util.cuh"
 #include "cuda/pre_attention/fast_divide.hpp"
@@ -44,11 +57,10 @@ constexpr int kTableF32 = 0;
 constexpr int kTableBf16 = 1;
 constexpr int kTableFp16 = 2;
 
+constexpr int kLanes = 8;                   // lanes per (token, head) item
+constexpr int kValues = kHeadDim / kLanes;  // 16 values per lane, two groups of 8
 constexpr int kThreads = 256;
-constexpr int kHalves = kThreads / 16;  // items side by side in a block
-constexpr int kItems = 2;               // items per half, kHalves apart
-// At least 3 blocks per SM: ptxas then keeps every instance under 85
-// registers without spilling (left to itself it caps them at 64 and spills).
+constexpr int kTileTokens = 32 / kLanes;    // tokens of a tile: a warp's groups
 constexpr int kMinBlocks = 3;
 
 struct PreAttentionParams {
@@ -59,8 +71,8 @@ struct PreAttentionParams {
   std::int64_t row_stride = 0;            // elements
   std::int64_t num_tokens = 0;
   std::uint32_t heads = 0;                // per token: nq + 2 * nkv + niq + 1
-  FastDivisor by_heads;                   // item -> token
-  std::uint32_t items = 0;                // num_tokens * heads (< 2^31)
+  FastDivisor by_tile;                    // item -> tile: heads * kTileTokens items each
+  std::uint32_t items = 0;                // tiles * heads * kTileTokens (< 2^31)
   std::int32_t nq = 0, nkv = 0, niq = 0;
   const std::int64_t* positions = nullptr;  // [num_tokens]
   const void* q_weight = nullptr;           // [128] each, weight_tag
@@ -88,9 +100,9 @@ int table_tag(DType t) {
 
 // ---- conversions --------------------------------------------------------------------
 // bf16 / fp16 -> float is exact; float -> bf16 / fp16 rounds to nearest even
-// with the hardware's paired conversion, and NaN becomes 0x7FFF as in
-// msa/numeric.hpp (NaN payloads elsewhere never reach an output: every encoder
-// of msa/numeric.hpp maps any NaN to one code).
+// with the hardware's paired conversion, NaN as 0x7FFF (insert_util.cuh's
+// half2_codes; NaN payloads never reach an output: every encoder maps any NaN
+// to one code).
 template <int Src>
 __device__ __forceinline__ float2 half2_to_float2(std::uint32_t w) {
   if constexpr (Src == insert_detail::kSrcBf16) {
@@ -103,49 +115,61 @@ __device__ __forceinline__ float2 half2_to_float2(std::uint32_t w) {
   }
 }
 
-template <int Src>
-__device__ __forceinline__ std::uint32_t float2_to_half2(float a, float b) {
-  std::uint32_t w;
-  if constexpr (Src == insert_detail::kSrcBf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    memcpy(&w, &h, sizeof(w));
-  } else {
-    const __half2 h = __floats2half2_rn(a, b);
-    memcpy(&w, &h, sizeof(w));
+// x as packed pairs of Src codes (x: [2 * n], bits: [n]). One test for NaN
+// over all of x: the fix-up per pair runs only when one is there.
+template <int Src, int N>
+__device__ __forceinline__ void round_pairs(const float* x, std::uint32_t* bits) {
+  constexpr int kDst = Src == insert_detail::kSrcBf16 ? kDstBf16 : kDstFp16;
+  bool nan = false;
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    if constexpr (kDst == kDstBf16) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(x[2 * e], x[2 * e + 1]);
+      memcpy(&bits[e], &h, sizeof(bits[e]));
+    } else {
+      const __half2 h = __floats2half2_rn(x[2 * e], x[2 * e + 1]);
+      memcpy(&bits[e], &h, sizeof(bits[e]));
+    }
+    nan |= isnan(x[2 * e]) | isnan(x[2 * e + 1]);
   }
-  if (__builtin_expect(a != a || b != b, 0)) {
-    if (a != a) w = (w & 0xFFFF0000u) | 0x7FFFu;
-    if (b != b) w = (w & 0x0000FFFFu) | 0x7FFF0000u;
+  if (__builtin_expect(nan, 0)) {
+#pragma unroll
+    for (int e = 0; e < N; ++e) bits[e] = insert_detail::half2_codes<kDst>(x[2 * e], x[2 * e + 1]);
   }
-  return w;
 }
 
-// x[e] = src[e] for e < 8, as float (16 bytes at once when aligned).
-//   src: [8] bf16 or fp16 bits
-template <int Src>
-__device__ __forceinline__ void load8_half(const std::uint16_t* src, float* x) {
-  std::uint32_t w[4];
-  if (insert_detail::aligned(src, 16)) {
-    const uint4 v = *reinterpret_cast<const uint4*>(src);
-    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+// 16 bytes at p, as four words: one vector access when Vec (the launch
+// checked the alignment of every such address), two-byte ones otherwise.
+template <bool Vec>
+__device__ __forceinline__ uint4 load16(const void* p) {
+  if constexpr (Vec) {
+    return __ldg(static_cast<const uint4*>(p));
   } else {
+    const std::uint16_t* h = static_cast<const std::uint16_t*>(p);
+    std::uint32_t w[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] = std::uint32_t(src[2 * e]) | (std::uint32_t(src[2 * e + 1]) << 16);
+    for (int e = 0; e < 4; ++e) w[e] = std::uint32_t(h[2 * e]) | (std::uint32_t(h[2 * e + 1]) << 16);
+    return make_uint4(w[0], w[1], w[2], w[3]);
   }
+}
+template <bool Vec>
+__device__ __forceinline__ void store16(void* p, const std::uint32_t* w) {
+  if constexpr (Vec) {
+    *static_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  } else {
+    std::uint16_t* h = static_cast<std::uint16_t*>(p);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 f = half2_to_float2<Src>(w[e]);
-    x[2 * e] = f.x;
-    x[2 * e + 1] = f.y;
+    for (int e = 0; e < 8; ++e) h[e] = static_cast<std::uint16_t>(w[e >> 1] >> (16 * (e & 1)));
   }
 }
 
 // Elements i .. i+7 of an f32 / bf16 / fp16 table, as float.
-//   table: [>= i + 8] of the tag's dtype
+//   table: [>= i + 8] of the tag's dtype (i a multiple of 8)
+template <bool Vec>
 __device__ __forceinline__ void load8_table(const void* table, int tag, std::int64_t i, float* out) {
   if (tag == kTableF32) {
     const float* p = static_cast<const float*>(table) + i;
-    if (insert_detail::aligned(p, 16)) {
+    if constexpr (Vec) {
       const float4 a = __ldg(reinterpret_cast<const float4*>(p));
       const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
       out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
@@ -154,47 +178,22 @@ __device__ __forceinline__ void load8_table(const void* table, int tag, std::int
 #pragma unroll
       for (int e = 0; e < 8; ++e) out[e] = __ldg(p + e);
     }
-  } else if (tag == kTableBf16) {
-    load8_half<insert_detail::kSrcBf16>(static_cast<const std::uint16_t*>(table) + i, out);
   } else {
-    load8_half<insert_detail::kSrcFp16>(static_cast<const std::uint16_t*>(table) + i, out);
-  }
-}
-
-// 8 bf16 / fp16 values (packed in pairs) at element offset `off`.
-//   base: 16-bit elements
-__device__ __forceinline__ void store8_bits(void* base, std::int64_t off, const std::uint32_t* w) {
-  std::uint16_t* dst = static_cast<std::uint16_t*>(base) + off;
-  if (insert_detail::aligned(dst, 16)) {
-    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-  } else {
+    const uint4 v = load16<Vec>(static_cast<const std::uint16_t*>(table) + i);
+    const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int e = 0; e < 8; ++e) dst[e] = static_cast<std::uint16_t>(w[e >> 1] >> (16 * (e & 1)));
+    for (int e = 0; e < 4; ++e) {
+      const float2 f = tag == kTableBf16 ? half2_to_float2<insert_detail::kSrcBf16>(w[e])
+                                         : half2_to_float2<insert_detail::kSrcFp16>(w[e]);
+      out[2 * e] = f.x;
+      out[2 * e + 1] = f.y;
+    }
   }
 }
 
-// 8 values u of an output row (q or index q) at element offset `off`: the
-// qkv-dtype bits as they are, the other 16-bit dtype rounded from u, or e4m3
-// of u / scale.
-//   u: [8] values of the qkv dtype   bits: [4] the same values packed in pairs
-template <int Src>
-__device__ __forceinline__ void store8_output(void* base, int tag, std::int64_t off, const float* u,
-                                              const std::uint32_t* bits, float scale) {
-  constexpr int kSame = Src == insert_detail::kSrcBf16 ? kDstBf16 : kDstFp16;
-  constexpr int kOther = Src == insert_detail::kSrcBf16 ? insert_detail::kSrcFp16 : insert_detail::kSrcBf16;
-  if (tag == kSame) {
-    store8_bits(base, off, bits);
-  } else if (tag == kDstE4m3) {
-    insert_detail::store8<kDstE4m3>(base, off, u, scale);
-  } else {
-    std::uint32_t w[4];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) w[e] = float2_to_half2<kOther>(u[2 * e], u[2 * e + 1]);
-    store8_bits(base, off, w);
-  }
-}
-
-// What one item's loads bring in.
+// What one item's loads bring in: its place, and the lane's 16 values as
+// they are in qkv (converted when the item is processed, to keep the item
+// loaded ahead in few registers).
 struct Item {
   bool valid = false;
   std::int64_t token = 0;
@@ -202,64 +201,159 @@ struct Item {
   HeadKind kind = HeadKind::q;
   std::int64_t position = 0;
   std::int64_t slot = -1;  // K / V: the main slot; index key: the index slot
-  float x[8];
+  std::uint32_t raw[kValues / 2];
 };
 
-template <int Src>
+// Item `item`'s token and head: tile item / (heads * kTileTokens), head-major
+// within the tile.
+struct Place {
+  std::int64_t token;
+  std::int32_t head;
+};
+__device__ __forceinline__ Place place_of(const PreAttentionParams& p, std::uint32_t item) {
+  const std::uint32_t tile = p.by_tile.divide(item);
+  const std::uint32_t within = item - tile * p.heads * kTileTokens;
+  return {std::int64_t(tile) * kTileTokens + within % kTileTokens, static_cast<std::int32_t>(within / kTileTokens)};
+}
+
+// The lane's two 16-byte parts of item `item`'s qkv row, into L2.
+__device__ __forceinline__ void prefetch_row(const PreAttentionParams& p, std::uint32_t item, int c) {
+  const Place at = place_of(p, item);
+  if (item >= p.items || at.token >= p.num_tokens) return;
+  const std::uint16_t* src = p.qkv + at.token * p.row_stride + std::int64_t(at.head) * kHeadDim + 8 * c;
+  prefetch_l2(src);
+  prefetch_l2(src + 64);
+}
+
+template <bool Vec>
 __device__ __forceinline__ void load_item(const PreAttentionParams& p, std::uint32_t item, int c, Item& it) {
-  it.valid = item < p.items;
-  if (!it.valid) return;
-  const std::uint32_t token = p.by_heads.divide(item);
-  it.token = token;
-  it.head = static_cast<std::int32_t>(item - token * p.heads);
+  const Place at = place_of(p, item);
+  it.token = at.token;
+  it.head = at.head;
   it.kind = pre::head_kind(it.head, p.nq, p.nkv, p.niq);
-  load8_half<Src>(p.qkv + it.token * p.row_stride + std::int64_t(it.head) * kHeadDim + 8 * c, it.x);
+  it.valid = item < p.items && it.token < p.num_tokens;
+  if (!it.valid) {  // a token past the last one: its group runs the norm on zeros
+#pragma unroll
+    for (int e = 0; e < kValues / 2; ++e) it.raw[e] = 0;
+    it.position = 0;
+    it.slot = -1;
+    return;
+  }
+  // Elements 8c .. 8c+7 and 64+8c .. 64+8c+7 of the head.
+  const std::uint16_t* src = p.qkv + it.token * p.row_stride + std::int64_t(it.head) * kHeadDim + 8 * c;
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    const uint4 v = load16<Vec>(src + 64 * g);
+    it.raw[4 * g] = v.x, it.raw[4 * g + 1] = v.y, it.raw[4 * g + 2] = v.z, it.raw[4 * g + 3] = v.w;
+  }
   it.position = __ldg(p.positions + it.token);
   if (it.kind == HeadKind::k || it.kind == HeadKind::v) it.slot = __ldg(p.slots + it.token);
   else if (it.kind == HeadKind::index_k) it.slot = __ldg(p.index_slots + it.token);
 }
 
-// Steps 1-3 of the SEMANTICS for this lane's 8 values: x becomes u, and
-// `bits` holds u in the qkv dtype, packed in pairs.
-//   x: [8]   bits: [4]
-template <int Src>
-__device__ __forceinline__ void norm_rope(const PreAttentionParams& p, const Item& it, int c, unsigned mask,
-                                          float* x, std::uint32_t* bits) {
-  const void* weight = it.kind == HeadKind::q ? p.q_weight
-                       : it.kind == HeadKind::k ? p.k_weight
-                       : it.kind == HeadKind::index_q ? p.index_q_weight
-                                                      : p.index_k_weight;
-  float w[8];
-  load8_table(weight, p.weight_tag, 8 * c, w);
-  float s = pre::sum_squares8(x);
+// The norm gains 1 + w of the four normed head kinds, in the order of HeadKind
+// with V left out: q, k, index q, index k.
+struct Gains {
+  float g[4][kHeadDim];
+};
+
+__device__ __forceinline__ int gain_row(HeadKind kind) {
+  return kind == HeadKind::q ? 0 : kind == HeadKind::k ? 1 : kind == HeadKind::index_q ? 2 : 3;
+}
+
+__device__ void load_gains(const PreAttentionParams& p, Gains& gains) {
+  for (int i = threadIdx.x; i < 4 * kHeadDim; i += kThreads) {
+    const int kind = i / kHeadDim, d = i % kHeadDim;
+    const void* w = kind == 0 ? p.q_weight : kind == 1 ? p.k_weight : kind == 2 ? p.index_q_weight : p.index_k_weight;
+    const std::uint16_t* w16 = static_cast<const std::uint16_t*>(w);
+    const float v = p.weight_tag == kTableF32    ? __ldg(static_cast<const float*>(w) + d)
+                    : p.weight_tag == kTableBf16 ? num::bf16_to_float(w16[d])
+                                                 : __half2float(__ushort_as_half(w16[d]));
+    gains.g[kind][d] = pre::norm_gain(v);
+  }
+}
+
+// Steps 1-3 of the SEMANTICS for this lane's 16 values: x (the qkv values)
+// becomes u in the qkv dtype, packed in pairs in `bits`.
+//   x: [16]   bits: [8]
+// Every lane of the warp runs it (the warp's four groups hold one head kind),
+// so its shuffles name the whole warp.
+template <int Src, bool Vec>
+__device__ __forceinline__ void norm_rope(const PreAttentionParams& p, const Gains& gains, HeadKind kind,
+                                          std::int64_t position, int c, float* x, std::uint32_t* bits) {
+  constexpr unsigned kWarp = 0xFFFFFFFFu;
+  // The cos/sin row first: its loads overlap the norm.
+  constexpr int half = kRopeDims / 2;
+  float cs[8], sn[8];
+  const std::int64_t row = position * kRopeDims + 8 * (c & 3);
+  load8_table<Vec>(p.cos_sin, p.cos_sin_tag, row, cs);
+  load8_table<Vec>(p.cos_sin, p.cos_sin_tag, row + half, sn);
+  const float* gain = gains.g[gain_row(kind)];
+  float s = pre::add(pre::sum_squares8(x), pre::sum_squares8(x + 8));  // p[c] + p[c + 8]
 #pragma unroll
-  for (int m = 8; m >= 1; m >>= 1) s = pre::add(s, __shfl_xor_sync(mask, s, m));
+  for (int m = 4; m >= 1; m >>= 1) s = pre::add(s, __shfl_xor_sync(kWarp, s, m));
   const float r = pre::rms_factor(s, p.eps);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) x[e] = pre::norm_value(x[e], r, w[e]);
+  for (int g = 0; g < 2; ++g) {
+    const float4 g0 = *reinterpret_cast<const float4*>(gain + 64 * g + 8 * c);
+    const float4 g1 = *reinterpret_cast<const float4*>(gain + 64 * g + 8 * c + 4);
+    const float w[8] = {g0.x, g0.y, g0.z, g0.w, g1.x, g1.y, g1.z, g1.w};
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[8 * g + e] = pre::norm_scaled(x[8 * g + e], r, w[e]);
+  }
 
-  // RoPE: lanes 0-3 hold y[j] (j < 32), lanes 4-7 y[j + 32]; every lane of the
-  // half takes part in the shuffles, lanes 8-15 (dims 64..127) keep their values.
+  // RoPE on x[0..8) (dims 8c .. 8c+7 < 64): lanes 0-3 hold y[j] (j < 32),
+  // lanes 4-7 the partners y[j + 32].
   float partner[8];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) partner[e] = __shfl_xor_sync(mask, x[e], 4);
-  if (c < 8) {
-    constexpr int half = kRopeDims / 2;
-    float cs[8], sn[8];
-    const std::int64_t row = it.position * kRopeDims + 8 * (c & 3);
-    load8_table(p.cos_sin, p.cos_sin_tag, row, cs);
-    load8_table(p.cos_sin, p.cos_sin_tag, row + half, sn);
+  for (int e = 0; e < 8; ++e) partner[e] = __shfl_xor_sync(kWarp, x[e], 4);
+  // rope_first(x, partner) = x*c - partner*sn is x*c + partner*(-sn) bit for
+  // bit (rounding is symmetric), so both halves run rope_second's form.
+  if (c < 4) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e)
-      x[e] = c < 4 ? pre::rope_first(x[e], partner[e], cs[e], sn[e])
-                   : pre::rope_second(partner[e], x[e], cs[e], sn[e]);
+    for (int e = 0; e < 8; ++e) sn[e] = -sn[e];
   }
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    bits[e] = float2_to_half2<Src>(x[2 * e], x[2 * e + 1]);
-    const float2 u = half2_to_float2<Src>(bits[e]);
-    x[2 * e] = u.x;
-    x[2 * e + 1] = u.y;
+  for (int e = 0; e < 8; ++e) x[e] = pre::rope_second(partner[e], x[e], cs[e], sn[e]);
+  round_pairs<Src, kValues / 2>(x, bits);
+}
+
+// u (packed in pairs) as float: x: [2 * n]   bits: [n]
+template <int Src, int N>
+__device__ __forceinline__ void unpack_pairs(const std::uint32_t* bits, float* x) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    const float2 f = half2_to_float2<Src>(bits[e]);
+    x[2 * e] = f.x;
+    x[2 * e + 1] = f.y;
+  }
+}
+
+// This lane's 16 values of a q or index q row (at element offset `off`): the
+// qkv-dtype codes as they are, the other 16-bit dtype rounded from u, or e4m3
+// of u / scale.   bits: [8]
+template <int Src, bool Vec>
+__device__ __forceinline__ void store_output(void* base, int tag, std::int64_t off, const std::uint32_t* bits,
+                                             float scale) {
+  constexpr int kSame = Src == insert_detail::kSrcBf16 ? kDstBf16 : kDstFp16;
+  constexpr int kOther = Src == insert_detail::kSrcBf16 ? kDstFp16 : kDstBf16;
+  std::uint16_t* row = static_cast<std::uint16_t*>(base) + off;
+  if (tag == kSame) {
+    store16<Vec>(row, bits);
+    store16<Vec>(row + 64, bits + 4);
+    return;
+  }
+  float u[kValues];
+  unpack_pairs<Src, kValues / 2>(bits, u);
+  if (tag == kDstE4m3) {
+    insert_detail::store8<kDstE4m3>(base, off, u, scale);
+    insert_detail::store8<kDstE4m3>(base, off + 64, u + 8, scale);
+  } else {
+    std::uint32_t w[kValues / 2];
+#pragma unroll
+    for (int e = 0; e < kValues / 2; ++e) w[e] = insert_detail::half2_codes<kOther>(u[2 * e], u[2 * e + 1]);
+    store16<Vec>(row, w);
+    store16<Vec>(row + 64, w + 4);
   }
 }
 
@@ -272,70 +366,113 @@ __device__ __forceinline__ bool slot_in_cache(std::int64_t slot, std::int64_t pa
   return false;
 }
 
-template <int Src, int Dst>
-__device__ __forceinline__ void process_item(const PreAttentionParams& p, Item& it, int c, unsigned mask) {
-  if (it.position < 0 || it.position >= p.max_position) {  // the token is skipped whole
+// Called by the whole warp: its four groups hold the same head of four tokens.
+// A group whose token is past the last one, or whose position is outside the
+// table, stores nothing.
+template <int Src, int Dst, bool Vec>
+__device__ __forceinline__ void process_item(const PreAttentionParams& p, const Gains& gains, const Item& it,
+                                             int c, unsigned mask) {
+  bool skip = !it.valid;
+  if (it.valid && (it.position < 0 || it.position >= p.max_position)) {  // the token is skipped whole
     if (it.head == 0 && c == 0)
       detail::record_bad(p.check, detail::kBadPosition, it.token, 0, 0, it.position, p.max_position);
-    return;
+    skip = true;
   }
+  float x[kValues];
+  unpack_pairs<Src, kValues / 2>(it.raw, x);
   const bool lead = c == 0;
   if (it.kind == HeadKind::v) {
-    if (it.slot < 0) return;
+    if (skip || it.slot < 0) return;
     if (!slot_in_cache(it.slot, p.cache.num_pages, p.check, detail::kBadSlot, it.token, false)) return;
     const std::int64_t page = it.slot / kBlockSize;
-    insert_detail::store_kv8<Dst>(p.cache, page, it.head - p.nq - p.nkv, it.slot - page * kBlockSize, 1, c,
-                                  it.x, mask);
+    insert_detail::store_kv_row<Dst, kLanes>(p.cache, page, it.head - p.nq - p.nkv, it.slot - page * kBlockSize, 1,
+                                             c, x, mask);
     return;
   }
-  std::uint32_t bits[4];
-  norm_rope<Src>(p, it, c, mask, it.x, bits);
-  switch (it.kind) {
-    case HeadKind::q:
-      store8_output<Src>(p.q, p.q_tag, (it.token * p.nq + it.head) * kHeadDim + 8 * c, it.x, bits, p.q_scale);
-      break;
-    case HeadKind::index_q:
-      store8_output<Src>(p.index_q, p.index_q_tag,
-                         (it.token * p.niq + (it.head - p.nq - 2 * p.nkv)) * kHeadDim + 8 * c, it.x, bits, 1.0f);
-      break;
-    case HeadKind::k: {
-      if (it.slot < 0) break;
-      const std::int32_t h = it.head - p.nq;
-      if (!slot_in_cache(it.slot, p.cache.num_pages, p.check, detail::kBadSlot, it.token, lead && h == 0)) break;
-      const std::int64_t page = it.slot / kBlockSize;
-      insert_detail::store_kv8<Dst>(p.cache, page, h, it.slot - page * kBlockSize, 0, c, it.x, mask);
-      break;
-    }
-    default: {  // the index key
-      if (it.slot < 0) break;
-      if (!slot_in_cache(it.slot, p.index_cache.num_pages, p.check, detail::kBadIndexSlot, it.token, lead)) break;
-      const std::int64_t page = it.slot / kBlockSize;
-      insert_detail::store_index8_tagged(p.index_tag, p.index_cache, page, it.slot - page * kBlockSize, c, it.x,
-                                         mask);
-      break;
-    }
+  std::uint32_t bits[kValues / 2];
+  norm_rope<Src, Vec>(p, gains, it.kind, skip ? 0 : it.position, c, x, bits);
+  if (skip) return;
+  if (it.kind == HeadKind::q || it.kind == HeadKind::index_q) {
+    const bool q = it.kind == HeadKind::q;
+    const std::int64_t off = q ? (it.token * p.nq + it.head) * kHeadDim
+                               : (it.token * p.niq + (it.head - p.nq - 2 * p.nkv)) * kHeadDim;
+    store_output<Src, Vec>(q ? p.q : p.index_q, q ? p.q_tag : p.index_q_tag, off + 8 * c, bits,
+                           q ? p.q_scale : 1.0f);
+    return;
+  }
+  if (it.slot < 0) return;
+  unpack_pairs<Src, kValues / 2>(bits, x);
+  if (it.kind == HeadKind::k) {
+    const std::int32_t h = it.head - p.nq;
+    if (!slot_in_cache(it.slot, p.cache.num_pages, p.check, detail::kBadSlot, it.token, lead && h == 0)) return;
+    const std::int64_t page = it.slot / kBlockSize;
+    insert_detail::store_kv_row<Dst, kLanes>(p.cache, page, h, it.slot - page * kBlockSize, 0, c, x, mask);
+  } else {  // the index key
+    if (!slot_in_cache(it.slot, p.index_cache.num_pages, p.check, detail::kBadIndexSlot, it.token, lead)) return;
+    const std::int64_t page = it.slot / kBlockSize;
+    insert_detail::store_index_row_tagged<kLanes>(p.index_tag, p.index_cache, page, it.slot - page * kBlockSize, c,
+                                                  x, mask);
   }
 }
 
-template <int Src, int Dst>
+// A persistent grid: warp w of W takes the items 4 (w + k W) .. 4 (w + k W) + 3
+// for k = 0, 1, ..., one per group, and loads the next ones (k + 1) before it
+// processes these. Vec: every qkv row part, q / index q store and cos/sin row
+// is 16-byte aligned (checked at launch), so those accesses are single vector
+// ones.
+template <int Src, int Dst, bool Vec>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) pre_attention_kernel(const PreAttentionParams p) {
+  __shared__ __align__(16) Gains gains;
   const int lane = threadIdx.x & 31;
-  const int c = lane & 15;
-  const unsigned mask = 0xFFFFu << (lane & 16);  // this half's lanes
-  const std::uint32_t first = blockIdx.x * (kHalves * kItems) + (threadIdx.x >> 4);
-  Item items[kItems];
-#pragma unroll
-  for (int k = 0; k < kItems; ++k) load_item<Src>(p, first + k * kHalves, c, items[k]);
-#pragma unroll
-  for (int k = 0; k < kItems; ++k)
-    if (items[k].valid) process_item<Src, Dst>(p, items[k], c, mask);
+  const int c = lane & (kLanes - 1);
+  const unsigned mask = ((1u << kLanes) - 1) << (lane & ~(kLanes - 1));  // this group's lanes
+  constexpr std::uint32_t kWarps = kThreads / 32;
+  const std::uint32_t stride = gridDim.x * kWarps * kTileTokens;
+  std::uint32_t item = (blockIdx.x * kWarps + threadIdx.x / 32) * kTileTokens + lane / kLanes;
+  Item cur, next;
+  load_item<Vec>(p, item, c, cur);
+  load_item<Vec>(p, item + stride, c, next);
+  load_gains(p, gains);
+  __syncthreads();
+  // p.items is a multiple of kTileTokens: the warp leaves together.
+  for (; item < p.items; item += stride) {
+    // The rows of the items two steps ahead into L2, so that their loads (at
+    // the end of the next step) wait on L2 rather than on memory.
+    prefetch_row(p, item + 2 * stride, c);
+    process_item<Src, Dst, Vec>(p, gains, cur, c, mask);
+    cur = next;
+    load_item<Vec>(p, item + 2 * stride, c, next);
+  }
+}
+
+// Blocks of pre_attention_kernel<Src, Dst, Vec> resident on one SM (asked once).
+template <int Src, int Dst, bool Vec>
+int resident_blocks() {
+  static const int blocks = [] {
+    int n = 0;
+    MSA_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, pre_attention_kernel<Src, Dst, Vec>, kThreads, 0));
+    return std::max(n, 1);
+  }();
+  return blocks;
+}
+
+// One wave of resident blocks, fewer when there are fewer items.
+template <int Src, int Dst, bool Vec>
+void launch_persistent(const PreAttentionParams& p, cudaStream_t stream) {
+  constexpr int kItemsPerStep = kThreads / kLanes;
+  const std::int64_t needed = (std::int64_t(p.items) + kItemsPerStep - 1) / kItemsPerStep;
+  const std::int64_t wave = std::int64_t(resident_blocks<Src, Dst, Vec>()) * device_sm_count();
+  const std::int64_t blocks = std::min(needed, wave);
+  pre_attention_kernel<Src, Dst, Vec><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
 }
 
 template <int Src>
-void launch(const PreAttentionParams& p, int dst, cudaStream_t stream) {
-  const dim3 grid((p.items + kHalves * kItems - 1) / (kHalves * kItems));
+void launch(const PreAttentionParams& p, int dst, bool vec, cudaStream_t stream) {
   insert_detail::with_dst_tag(dst, [&](auto tag) {
-    pre_attention_kernel<Src, decltype(tag)::value><<<grid, kThreads, 0, stream>>>(p);
+    constexpr int kDst = decltype(tag)::value;
+    if (vec) launch_persistent<Src, kDst, true>(p, stream);
+    else launch_persistent<Src, kDst, false>(p, stream);
   });
   MSA_CUDA_CHECK_LAUNCH();
 }
@@ -348,9 +485,11 @@ void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache, 
   const int dst = insert_detail::dst_tag(cache.dtype, "pre_attention: cache.dtype");
   const int index_tag = insert_detail::index_dst_tag(index_cache.dtype, "pre_attention: index_cache.dtype");
   if (a.num_tokens == 0) return;
-  const std::int64_t items = a.num_tokens * a.heads_per_token();
-  MSA_CHECK(items < (std::int64_t(1) << 31), "pre_attention: num_tokens = ", a.num_tokens, " times ",
-            a.heads_per_token(), " heads is too large for one launch (at most 2^31 - 1 heads)");
+  const std::int64_t tiles = (a.num_tokens + kTileTokens - 1) / kTileTokens;
+  const std::int64_t items = tiles * kTileTokens * a.heads_per_token();
+  MSA_CHECK(items < (std::int64_t(1) << 31), "pre_attention: num_tokens = ", a.num_tokens, " (rounded up to ",
+            tiles * kTileTokens, ") times ", a.heads_per_token(),
+            " heads is too large for one launch (at most 2^31 - 1 heads)");
 
   PreAttentionParams p;
   p.cache = cache;
@@ -360,7 +499,7 @@ void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache, 
   p.row_stride = a.row_stride();
   p.num_tokens = a.num_tokens;
   p.heads = static_cast<std::uint32_t>(a.heads_per_token());
-  p.by_heads = FastDivisor(p.heads);
+  p.by_tile = FastDivisor(p.heads * kTileTokens);
   p.items = static_cast<std::uint32_t>(items);
   p.nq = a.num_q_heads;
   p.nkv = a.num_kv_heads;
@@ -383,9 +522,13 @@ void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache, 
   p.slots = a.slots;
   p.index_slots = a.index_slots != nullptr ? a.index_slots : a.slots;
   p.check = check.buffer;
+  // The vector instance: qkv rows, the q / index q rows (16-bit outputs) and
+  // the cos/sin rows all start on 16 bytes.
+  const auto on16 = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
+  const bool vec = on16(p.qkv) && p.row_stride % 8 == 0 && on16(p.q) && on16(p.index_q) && on16(p.cos_sin);
   const auto s = static_cast<cudaStream_t>(stream);
-  if (a.qkv_dtype == DType::bf16) launch<insert_detail::kSrcBf16>(p, dst, s);
-  else launch<insert_detail::kSrcFp16>(p, dst, s);
+  if (a.qkv_dtype == DType::bf16) launch<insert_detail::kSrcBf16>(p, dst, vec, s);
+  else launch<insert_detail::kSrcFp16>(p, dst, vec, s);
 }
 
 }  // namespace msa::cuda
