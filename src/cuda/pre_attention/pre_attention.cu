@@ -5,16 +5,17 @@
 // holds the elements 8c .. 8c+7 and 64+8c .. 64+8c+7 (two 16-byte loads), so
 // that the rotated half of a head (dims 0..63) is spread over all 8 lanes and
 // RoPE pairs element j (lanes 0-3) with j + 32 (lanes 4-7) by one shuffle.
-// Items are numbered in tiles of kTileTokens tokens, head-major within a tile,
-// so the four groups of a warp take one head of four consecutive tokens: every
-// branch on the head's kind is uniform over the warp (no kind's quantizer
-// waits for another's, and the norm's shuffles name the whole warp), and
-// consecutive warps read neighbouring heads of the same rows.
+// Items are numbered in tiles of kTileTokens tokens, head-major within a tile
+// (in a spreading order of the heads, place_of), so the four groups of a warp
+// take one head of four consecutive tokens: every branch on the head's kind
+// is uniform over the warp (no kind's quantizer waits for another's, and the
+// norm's shuffles name the whole warp).
 //
-// The grid is one wave of persistent blocks. A warp holds the items of its
-// next step in registers while it processes the current ones, and has the
-// qkv rows of the step after that prefetched into L2: the kernel streams
-// memory, and its loads wait on L2 rather than on DRAM.
+// The grid is one wave of persistent blocks; each warp takes an equal
+// contiguous run of the steps (four items each). While it processes step k,
+// the qkv row parts of steps k + 1 .. k + kAhead are in flight into its
+// staging slots in shared memory (cp.async, no registers held), and the small
+// per-token values of step k + 1 in registers.
 //
 // Per item, in the order of the SEMANTICS: the sum of squares is each lane's
 // two partials of 8 (p[c] and p[c + 8], added first, as the tree of src/core/
@@ -27,6 +28,7 @@
 // their K / V).
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -59,9 +61,11 @@ constexpr int kTableFp16 = 2;
 
 constexpr int kLanes = 8;                   // lanes per (token, head) item
 constexpr int kValues = kHeadDim / kLanes;  // 16 values per lane, two groups of 8
-constexpr int kThreads = 256;
+constexpr int kThreads = 128;
 constexpr int kTileTokens = 32 / kLanes;    // tokens of a tile: a warp's groups
-constexpr int kMinBlocks = 3;
+constexpr int kAhead = 2;                   // steps whose qkv rows are in flight
+constexpr int kSlots = kAhead + 1;          // staging slots per warp
+constexpr int kMinBlocks = 7;
 
 struct PreAttentionParams {
   KVCacheView cache;
@@ -72,6 +76,8 @@ struct PreAttentionParams {
   std::int64_t num_tokens = 0;
   std::uint32_t heads = 0;                // per token: nq + 2 * nkv + niq + 1
   FastDivisor by_tile;                    // item -> tile: heads * kTileTokens items each
+  FastDivisor by_heads;
+  std::uint32_t head_step = 1;            // the tile's j-th head is (j * head_step) % heads
   std::uint32_t items = 0;                // tiles * heads * kTileTokens (< 2^31)
   std::int32_t nq = 0, nkv = 0, niq = 0;
   const std::int64_t* positions = nullptr;  // [num_tokens]
@@ -191,9 +197,8 @@ __device__ __forceinline__ void load8_table(const void* table, int tag, std::int
   }
 }
 
-// What one item's loads bring in: its place, and the lane's 16 values as
-// they are in qkv (converted when the item is processed, to keep the item
-// loaded ahead in few registers).
+// An item's place and the small per-token values it needs (its qkv row part
+// travels separately, through the warp's staging slots).
 struct Item {
   bool valid = false;
   std::int64_t token = 0;
@@ -201,11 +206,19 @@ struct Item {
   HeadKind kind = HeadKind::q;
   std::int64_t position = 0;
   std::int64_t slot = -1;  // K / V: the main slot; index key: the index slot
-  std::uint32_t raw[kValues / 2];
+};
+
+// A warp's staging slot: the 16 values of each lane for one step, as they are
+// in qkv, part g (elements 64g + 8c ..) of lane l at [g][l] (conflict-free reads).
+struct RowSlot {
+  uint4 part[2][32];
 };
 
 // Item `item`'s token and head: tile item / (heads * kTileTokens), head-major
-// within the tile.
+// within the tile, its j-th head (j * head_step) % heads. head_step (coprime
+// to heads, near 0.618 heads) spreads the K / V heads, whose stores cost the
+// most, evenly over the tile's order, so that any run of a warp holds its
+// share of them.
 struct Place {
   std::int64_t token;
   std::int32_t head;
@@ -213,39 +226,51 @@ struct Place {
 __device__ __forceinline__ Place place_of(const PreAttentionParams& p, std::uint32_t item) {
   const std::uint32_t tile = p.by_tile.divide(item);
   const std::uint32_t within = item - tile * p.heads * kTileTokens;
-  return {std::int64_t(tile) * kTileTokens + within % kTileTokens, static_cast<std::int32_t>(within / kTileTokens)};
+  const std::uint32_t j = within / kTileTokens * p.head_step;
+  return {std::int64_t(tile) * kTileTokens + within % kTileTokens,
+          static_cast<std::int32_t>(j - p.by_heads.divide(j) * p.heads)};
 }
 
-// The lane's two 16-byte parts of item `item`'s qkv row, into L2.
-__device__ __forceinline__ void prefetch_row(const PreAttentionParams& p, std::uint32_t item, int c) {
+// Elements 8c .. 8c+7 (part 0) and 64+8c .. 64+8c+7 (part 1) of a head.
+__device__ __forceinline__ const std::uint16_t* row_part(const PreAttentionParams& p, const Place& at, int c) {
+  return p.qkv + at.token * p.row_stride + std::int64_t(at.head) * kHeadDim + 8 * c;
+}
+
+// Starts the copy of this lane's two parts of item `item`'s qkv row into
+// `slot` (zeros for an item past the last token), as one cp.async group.
+__device__ __forceinline__ void fetch_row(const PreAttentionParams& p, std::uint32_t item, int lane, int c,
+                                          RowSlot& slot) {
   const Place at = place_of(p, item);
-  if (item >= p.items || at.token >= p.num_tokens) return;
-  const std::uint16_t* src = p.qkv + at.token * p.row_stride + std::int64_t(at.head) * kHeadDim + 8 * c;
-  prefetch_l2(src);
-  prefetch_l2(src + 64);
+  const bool valid = item < p.items && at.token < p.num_tokens;
+  const std::uint16_t* src = valid ? row_part(p, at, c) : p.qkv;
+#pragma unroll
+  for (int g = 0; g < 2; ++g) cp_async16_zfill(smem_u32(&slot.part[g][lane]), src + 64 * g, valid ? 16 : 0);
+  cp_async_commit();
 }
 
+// This lane's 16 qkv values of `it` as packed pairs: from the staging slot
+// (Vec), or loaded here.   raw: [8]
 template <bool Vec>
-__device__ __forceinline__ void load_item(const PreAttentionParams& p, std::uint32_t item, int c, Item& it) {
+__device__ __forceinline__ void read_row(const PreAttentionParams& p, const Item& it, int lane, int c,
+                                         const RowSlot& slot, std::uint32_t* raw) {
+#pragma unroll
+  for (int g = 0; g < 2; ++g) {
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if constexpr (Vec) v = slot.part[g][lane];
+    else if (it.valid) v = load16<false>(row_part(p, Place{it.token, it.head}, c) + 64 * g);
+    raw[4 * g] = v.x, raw[4 * g + 1] = v.y, raw[4 * g + 2] = v.z, raw[4 * g + 3] = v.w;
+  }
+}
+
+__device__ __forceinline__ void load_item(const PreAttentionParams& p, std::uint32_t item, Item& it) {
   const Place at = place_of(p, item);
   it.token = at.token;
   it.head = at.head;
   it.kind = pre::head_kind(it.head, p.nq, p.nkv, p.niq);
   it.valid = item < p.items && it.token < p.num_tokens;
-  if (!it.valid) {  // a token past the last one: its group runs the norm on zeros
-#pragma unroll
-    for (int e = 0; e < kValues / 2; ++e) it.raw[e] = 0;
-    it.position = 0;
-    it.slot = -1;
-    return;
-  }
-  // Elements 8c .. 8c+7 and 64+8c .. 64+8c+7 of the head.
-  const std::uint16_t* src = p.qkv + it.token * p.row_stride + std::int64_t(it.head) * kHeadDim + 8 * c;
-#pragma unroll
-  for (int g = 0; g < 2; ++g) {
-    const uint4 v = load16<Vec>(src + 64 * g);
-    it.raw[4 * g] = v.x, it.raw[4 * g + 1] = v.y, it.raw[4 * g + 2] = v.z, it.raw[4 * g + 3] = v.w;
-  }
+  it.position = 0;
+  it.slot = -1;
+  if (!it.valid) return;  // a token past the last one: its group runs the norm on zeros
   it.position = __ldg(p.positions + it.token);
   if (it.kind == HeadKind::k || it.kind == HeadKind::v) it.slot = __ldg(p.slots + it.token);
   else if (it.kind == HeadKind::index_k) it.slot = __ldg(p.index_slots + it.token);
@@ -261,16 +286,28 @@ __device__ __forceinline__ int gain_row(HeadKind kind) {
   return kind == HeadKind::q ? 0 : kind == HeadKind::k ? 1 : kind == HeadKind::index_q ? 2 : 3;
 }
 
+// Thread i takes element i % 128 of every kind's weight (all loads issued
+// before the first is used).
 __device__ void load_gains(const PreAttentionParams& p, Gains& gains) {
-  for (int i = threadIdx.x; i < 4 * kHeadDim; i += kThreads) {
-    const int kind = i / kHeadDim, d = i % kHeadDim;
+  static_assert(kHeadDim % kThreads == 0, "a thread's elements are whole columns");
+  constexpr int kPer = kHeadDim / kThreads;
+  float v[4][kPer];
+#pragma unroll
+  for (int kind = 0; kind < 4; ++kind) {
     const void* w = kind == 0 ? p.q_weight : kind == 1 ? p.k_weight : kind == 2 ? p.index_q_weight : p.index_k_weight;
     const std::uint16_t* w16 = static_cast<const std::uint16_t*>(w);
-    const float v = p.weight_tag == kTableF32    ? __ldg(static_cast<const float*>(w) + d)
-                    : p.weight_tag == kTableBf16 ? num::bf16_to_float(w16[d])
-                                                 : __half2float(__ushort_as_half(w16[d]));
-    gains.g[kind][d] = pre::norm_gain(v);
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const int d = threadIdx.x + e * kThreads;
+      v[kind][e] = p.weight_tag == kTableF32    ? __ldg(static_cast<const float*>(w) + d)
+                   : p.weight_tag == kTableBf16 ? num::bf16_to_float(w16[d])
+                                                : __half2float(__ushort_as_half(w16[d]));
+    }
   }
+#pragma unroll
+  for (int kind = 0; kind < 4; ++kind)
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) gains.g[kind][threadIdx.x + e * kThreads] = pre::norm_gain(v[kind][e]);
 }
 
 // Steps 1-3 of the SEMANTICS for this lane's 16 values: x (the qkv values)
@@ -371,7 +408,7 @@ __device__ __forceinline__ bool slot_in_cache(std::int64_t slot, std::int64_t pa
 // table, stores nothing.
 template <int Src, int Dst, bool Vec>
 __device__ __forceinline__ void process_item(const PreAttentionParams& p, const Gains& gains, const Item& it,
-                                             int c, unsigned mask) {
+                                             const std::uint32_t* raw, int c, unsigned mask) {
   bool skip = !it.valid;
   if (it.valid && (it.position < 0 || it.position >= p.max_position)) {  // the token is skipped whole
     if (it.head == 0 && c == 0)
@@ -379,7 +416,7 @@ __device__ __forceinline__ void process_item(const PreAttentionParams& p, const 
     skip = true;
   }
   float x[kValues];
-  unpack_pairs<Src, kValues / 2>(it.raw, x);
+  unpack_pairs<Src, kValues / 2>(raw, x);
   const bool lead = c == 0;
   if (it.kind == HeadKind::v) {
     if (skip || it.slot < 0) return;
@@ -415,34 +452,64 @@ __device__ __forceinline__ void process_item(const PreAttentionParams& p, const 
   }
 }
 
-// A persistent grid: warp w of W takes the items 4 (w + k W) .. 4 (w + k W) + 3
-// for k = 0, 1, ..., one per group, and loads the next ones (k + 1) before it
-// processes these. Vec: every qkv row part, q / index q store and cos/sin row
-// is 16-byte aligned (checked at launch), so those accesses are single vector
-// ones.
+// A persistent grid. The step's items come in fours (one per group of a
+// warp: one head of a tile's four tokens), and warp w of W takes the w-th of W
+// equal contiguous runs of them: a warp walks the heads of its tiles in
+// place_of's order (every kind in turn, so no warp is left with the costly
+// ones, and the tiles' cos/sin rows stay in L1). Vec: every qkv row part, q / index q store and
+// cos/sin row is 16-byte aligned (checked at launch): the row parts of step
+// k + kAhead are copied into the warp's staging slots (cp.async) while it
+// processes step k, and the other accesses are single vector ones. Otherwise
+// the rows are loaded when processed.
 template <int Src, int Dst, bool Vec>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) pre_attention_kernel(const PreAttentionParams p) {
   __shared__ __align__(16) Gains gains;
+  __shared__ RowSlot slots[kThreads / 32][kSlots];
   const int lane = threadIdx.x & 31;
   const int c = lane & (kLanes - 1);
   const unsigned mask = ((1u << kLanes) - 1) << (lane & ~(kLanes - 1));  // this group's lanes
   constexpr std::uint32_t kWarps = kThreads / 32;
-  const std::uint32_t stride = gridDim.x * kWarps * kTileTokens;
-  std::uint32_t item = (blockIdx.x * kWarps + threadIdx.x / 32) * kTileTokens + lane / kLanes;
+  RowSlot* ring = slots[threadIdx.x / 32];
+  const std::uint64_t warps = std::uint64_t(gridDim.x) * kWarps, w = blockIdx.x * kWarps + threadIdx.x / 32;
+  const std::uint64_t fours = p.items / kTileTokens;
+  const std::uint32_t begin = std::uint32_t(fours * w / warps), end = std::uint32_t(fours * (w + 1) / warps);
+  const std::uint32_t group = lane / kLanes;
+  // The item of this group at step s of the warp's run (past the run: past every item).
+  const auto item_at = [&](std::uint32_t s) { return s < end ? s * kTileTokens + group : p.items; };
+  if constexpr (Vec) {
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) fetch_row(p, item_at(begin + k), lane, c, ring[k]);
+  }
   Item cur, next;
-  load_item<Vec>(p, item, c, cur);
-  load_item<Vec>(p, item + stride, c, next);
+  load_item(p, item_at(begin), cur);
+  load_item(p, item_at(begin + 1), next);
   load_gains(p, gains);
   __syncthreads();
-  // p.items is a multiple of kTileTokens: the warp leaves together.
-  for (; item < p.items; item += stride) {
-    // The rows of the items two steps ahead into L2, so that their loads (at
-    // the end of the next step) wait on L2 rather than on memory.
-    prefetch_row(p, item + 2 * stride, c);
-    process_item<Src, Dst, Vec>(p, gains, cur, c, mask);
+  for (std::uint32_t s = begin, k = 0; s < end; ++s, ++k) {
+    std::uint32_t raw[kValues / 2];
+    if constexpr (Vec) {
+      // Each lane reads back only the parts it copied itself: its own
+      // cp.async groups order the slot's reuse, no warp barrier.
+      fetch_row(p, item_at(s + kAhead), lane, c, ring[(k + kAhead) % kSlots]);
+      cp_async_wait<kAhead>();
+    }
+    read_row<Vec>(p, cur, lane, c, ring[k % kSlots], raw);
+    process_item<Src, Dst, Vec>(p, gains, cur, raw, c, mask);
     cur = next;
-    load_item<Vec>(p, item + 2 * stride, c, next);
+    load_item(p, item_at(s + 2), next);
   }
+}
+
+// The step coprime to `heads` nearest 0.618 heads (a golden-ratio stride
+// visits any range of heads at near-equal gaps).
+std::uint32_t spreading_step(std::uint32_t heads) {
+  const auto coprime = [heads](std::uint32_t a) { return std::gcd(a, heads) == 1; };
+  const std::uint32_t aim = static_cast<std::uint32_t>(0.618 * heads + 0.5);
+  for (std::uint32_t d = 0; d < heads; ++d) {
+    if (aim + d < heads && coprime(aim + d)) return aim + d;
+    if (aim >= d && aim - d > 0 && coprime(aim - d)) return aim - d;
+  }
+  return 1;
 }
 
 // Blocks of pre_attention_kernel<Src, Dst, Vec> resident on one SM (asked once).
@@ -500,6 +567,8 @@ void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache, 
   p.num_tokens = a.num_tokens;
   p.heads = static_cast<std::uint32_t>(a.heads_per_token());
   p.by_tile = FastDivisor(p.heads * kTileTokens);
+  p.by_heads = FastDivisor(p.heads);
+  p.head_step = spreading_step(p.heads);
   p.items = static_cast<std::uint32_t>(items);
   p.nq = a.num_q_heads;
   p.nkv = a.num_kv_heads;
