@@ -174,9 +174,14 @@ MSA_HD std::uint8_t nvfp4_group_scale(float amax, float global_scale) {
   if (!(t >= floor_v)) t = floor_v;    // also catches NaN
   return float_to_e4m3(t);
 }
+// Code of one element x given the value of its group scale and the global
+// scale: two roundings, x / global_scale first.
+MSA_HD std::uint8_t nvfp4_encode_value(float x, float sf_value, float global_scale) {
+  return float_to_e2m1(x / global_scale / sf_value);
+}
 // Code of one element x given its group scale code and the global scale.
 MSA_HD std::uint8_t nvfp4_encode(float x, std::uint8_t sf_code, float global_scale) {
-  return float_to_e2m1(x / global_scale / e4m3_to_float(sf_code));
+  return nvfp4_encode_value(x, e4m3_to_float(sf_code), global_scale);
 }
 
 }  // namespace msa::num

@@ -165,9 +165,9 @@ __device__ __forceinline__ float e4m3_value(std::uint8_t code) {
 // Quantizes 8 elements (8c .. 8c+7 of one row) to nvfp4 (contract 4.3), as
 // cpu::insert_* does: lanes c and c ^ 1 hold one 16-element group, so its amax
 // is one shuffle; this lane writes its 4 data bytes and, from even c, the
-// group's scale byte. Each element is (x / global_scale) / scale value, two
-// roundings as in num::nvfp4_encode. `mask` names the lanes that execute this
-// call (it must include both lanes of the pair).
+// group's scale byte (its value decoded once for the group's elements).
+// `mask` names the lanes that execute this call (it must include both lanes
+// of the pair).
 //   data: [64] data bytes of the row, scales: [8] scale bytes of the row
 __device__ __forceinline__ void store_nvfp4_8(const float* x, float global_scale, int c, unsigned mask,
                                               std::uint8_t* data, std::uint8_t* scales) {
@@ -180,8 +180,8 @@ __device__ __forceinline__ void store_nvfp4_8(const float* x, float global_scale
   std::uint32_t bytes = 0;
 #pragma unroll
   for (int e = 0; e < 8; e += 2) {
-    const std::uint32_t lo = num::float_to_e2m1(x[e] / global_scale / sf_value);
-    const std::uint32_t hi = num::float_to_e2m1(x[e + 1] / global_scale / sf_value);
+    const std::uint32_t lo = num::nvfp4_encode_value(x[e], sf_value, global_scale);
+    const std::uint32_t hi = num::nvfp4_encode_value(x[e + 1], sf_value, global_scale);
     bytes |= (lo | (hi << 4)) << (4 * e);
   }
   store_bytes4(data + 4 * c, bytes);
