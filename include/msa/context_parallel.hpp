@@ -41,6 +41,20 @@ void local_candidates(const float* scores, std::int32_t last, const Sharding& sh
                       std::int32_t rank, std::int32_t topk, std::int32_t init_blocks,
                       std::int32_t local_blocks, Candidate* out);
 
+// Rank `rank`'s candidates for one row from its own selection, without a
+// second pass over its scores: the owned, non-forced entries of `own_topk`
+// with their scores, then {-inf, -1}. `own_topk` must be the row's top-k by
+// the single-rank rule (cpu::select_row, cuda::index) over this rank's scores
+// with every block it does not own scoring NaN, as the indexer scores a block
+// whose block-table entry is -1. merge_candidates of every rank's list is the
+// global top-k, as with local_candidates: masking only lowers blocks the rank
+// does not own, so a block of the global top-k also makes its owner's.
+//   scores: [last + 1] (only the owned entries of own_topk are read)
+//   own_topk: [topk], out: [topk]
+void candidates_from_topk(const float* scores, const std::int32_t* own_topk, std::int32_t last,
+                          const Sharding& sharding, std::int32_t rank, std::int32_t topk,
+                          std::int32_t init_blocks, std::int32_t local_blocks, Candidate* out);
+
 // The row's global top-k from every rank's candidates: forced blocks, then the
 // best candidates, ids ascending, then -1 — identical to cpu::select_row on the
 // full scores.

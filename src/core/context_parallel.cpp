@@ -48,6 +48,22 @@ void local_candidates(const float* scores, std::int32_t last, const Sharding& sh
     out[i] = std::size_t(i) < keep ? mine[i] : Candidate{-std::numeric_limits<float>::infinity(), -1};
 }
 
+void candidates_from_topk(const float* scores, const std::int32_t* own_topk, std::int32_t last,
+                          const Sharding& sharding, std::int32_t rank, std::int32_t topk,
+                          std::int32_t init_blocks, std::int32_t local_blocks, Candidate* out) {
+  check_sharding("candidates_from_topk", sharding, rank);
+  check_row("candidates_from_topk", topk, init_blocks, local_blocks);
+  std::int32_t n = 0;
+  for (std::int32_t k = 0; k < topk; ++k) {
+    const std::int32_t b = own_topk[k];
+    if (b < 0 || b > last || sharding.owner(b) != rank ||
+        select::is_forced(b, last, init_blocks, local_blocks))
+      continue;
+    out[n++] = Candidate{scores[b], b};
+  }
+  for (; n < topk; ++n) out[n] = Candidate{-std::numeric_limits<float>::infinity(), -1};
+}
+
 void merge_candidates(const Candidate* candidates, std::int32_t num_ranks, std::int32_t last,
                       std::int32_t topk, std::int32_t init_blocks, std::int32_t local_blocks,
                       std::int32_t* out) {

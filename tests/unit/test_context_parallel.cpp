@@ -10,7 +10,9 @@
 
 #include "msa/context_parallel.hpp"
 #include "msa/cpu.hpp"
+#include "msa/error.hpp"
 #include "msa/numeric.hpp"
+#include "msa/select.hpp"
 #include "workload.hpp"
 
 namespace {
@@ -19,14 +21,23 @@ using msa::cp::Candidate;
 using msa::cp::Sharding;
 
 // Random scores with many ties and some NaN, so the tie and NaN rules matter.
-std::vector<float> random_scores(std::mt19937& rng, int n) {
+std::vector<float> random_scores(std::mt19937& rng, int n, float nan_share = 0.05f) {
   std::uniform_int_distribution<int> level(0, 12);
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::vector<float> s(n);
   for (auto& x : s) {
     const float r = u(rng);
-    x = r < 0.05f ? std::numeric_limits<float>::quiet_NaN() : float(level(rng)) * 0.5f;
+    x = r < nan_share ? std::numeric_limits<float>::quiet_NaN() : float(level(rng)) * 0.5f;
   }
+  return s;
+}
+
+// A rank's view of a row's scores: NaN for every block it does not own, as the
+// indexer scores a block whose block-table entry is -1.
+std::vector<float> rank_scores(const std::vector<float>& scores, const Sharding& sh, int rank) {
+  std::vector<float> s = scores;
+  for (std::size_t b = 0; b < s.size(); ++b)
+    if (sh.owner(std::int32_t(b)) != rank) s[b] = std::numeric_limits<float>::quiet_NaN();
   return s;
 }
 
@@ -119,6 +130,67 @@ TEST(ContextParallel, MergePartialsIsExactSoftmaxSplit) {
   msa::cp::merge_partials(outs, lses_empty, 3, 1, got.data(), &lg);
   EXPECT_EQ(lg, ninf);
   for (float x : got) EXPECT_EQ(x, 0.0f);
+}
+
+// Candidates taken from each rank's own selection over its NaN-masked scores
+// merge into the same global top-k, whatever the share of NaN and ties.
+TEST(ContextParallel, CandidatesFromOwnTopkMergeToSingleRank) {
+  const unsigned seed = std::random_device{}();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  for (int trial = 0; trial < 600; ++trial) {
+    const int last = std::uniform_int_distribution<int>(0, 300)(rng);
+    const int topk = std::vector<int>{1, 2, 16, 64}[trial % 4];
+    const int init = trial % 3 == 0 ? 1 : 0;
+    const int local = std::min(topk - init, trial % 5 == 0 ? 2 : 1);
+    Sharding sh;
+    sh.num_ranks = 1 + trial % 8;
+    sh.run_blocks = trial % 2 ? 0 : 1 + trial % 13;
+    const float nan_share = std::vector<float>{0.0f, 0.05f, 0.5f, 1.0f}[(trial / 4) % 4];
+    const auto scores = random_scores(rng, last + 1, nan_share);
+
+    std::vector<std::int32_t> want(topk);
+    msa::cpu::select_row(scores.data(), last, topk, init, local, want.data());
+
+    std::vector<Candidate> cands(std::size_t(sh.num_ranks) * topk);
+    std::vector<std::int32_t> own(topk);
+    for (int r = 0; r < sh.num_ranks; ++r) {
+      const auto mine = rank_scores(scores, sh, r);
+      msa::cpu::select_row(mine.data(), last, topk, init, local, own.data());
+      Candidate* c = &cands[std::size_t(r) * topk];
+      msa::cp::candidates_from_topk(mine.data(), own.data(), last, sh, r, topk, init, local, c);
+      for (int k = 0; k < topk; ++k) {
+        if (c[k].block < 0) {
+          ASSERT_EQ(c[k].score, -std::numeric_limits<float>::infinity());
+          continue;
+        }
+        ASSERT_EQ(sh.owner(c[k].block), r);
+        ASSERT_FALSE(msa::select::is_forced(c[k].block, last, init, local));
+      }
+    }
+    std::vector<std::int32_t> got(topk, 7777);
+    msa::cp::merge_candidates(cands.data(), sh.num_ranks, last, topk, init, local, got.data());
+    ASSERT_EQ(got, want) << "trial " << trial << " last " << last << " topk " << topk << " ranks "
+                         << sh.num_ranks << " run " << sh.run_blocks << " NaN share " << nan_share;
+  }
+}
+
+TEST(ContextParallel, CandidatesFromTopkRejectsBadArguments) {
+  const std::vector<float> scores(8, 1.0f);
+  const std::vector<std::int32_t> own = {0, 1, 2, 3};
+  std::vector<Candidate> out(4);
+  EXPECT_THROW(msa::cp::candidates_from_topk(scores.data(), own.data(), 7, Sharding{2, 0}, 2, 4, 0, 1,
+                                             out.data()),
+               msa::Error);
+  EXPECT_THROW(msa::cp::candidates_from_topk(scores.data(), own.data(), 7, Sharding{2, 0}, 0, 0, 0, 1,
+                                             out.data()),
+               msa::Error);
+  // Entries outside [0, last] are not candidates.
+  const std::vector<std::int32_t> odd = {-1, 9, 2, 4};
+  msa::cp::candidates_from_topk(scores.data(), odd.data(), 7, Sharding{2, 0}, 0, 4, 0, 1, out.data());
+  EXPECT_EQ(out[0].block, 2);
+  EXPECT_EQ(out[1].block, 4);
+  EXPECT_EQ(out[2].block, -1);
 }
 
 // The whole layer on N simulated ranks: each rank's cache holds only the pages
