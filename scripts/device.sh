@@ -4,7 +4,8 @@
 # benchmarks, and leave logs and JSON under $OUT.
 #
 #   bash scripts/device.sh [--tests REGEX] [--cpu-tests] [--sanitize] [--run] [--check ARGS]
-#                          [--bench ARGS] [--ncu ARGS] [--examples] [--targets "T1 T2"] [--no-gpu-tests]
+#                          [--bench ARGS] [--bench-cp ARGS] [--ncu ARGS] [--examples] [--targets "T1 T2"]
+#                          [--no-gpu-tests]
 #
 #   --tests REGEX   only GPU tests whose name matches (ctest -R)
 #   --cpu-tests     also run the CPU test label
@@ -14,6 +15,8 @@
 #   --run           run `msa run --backend cuda` (the default workload) -> $OUT/run.json
 #   --check ARGS    run `msa check ARGS` (e.g. "--quick") -> $OUT/check.json
 #   --bench ARGS    run `msa bench ARGS` (use "" for the default sweep) -> $OUT/bench.json
+#   --bench-cp ARGS run `msa bench-cp ARGS` (context parallelism over the visible
+#                   GPUs; "" for its default cases) -> $OUT/bench_cp.json
 #   --ncu ARGS      profile the kernels of `msa bench ARGS` (one replay per case;
 #                   e.g. "--set index --case 'decode 16/1 nvfp4 ctx=128K b=128'")
 #                   with Nsight Compute's throughput, scheduler, warp-state and
@@ -34,7 +37,7 @@ LOG="$OUT/logs"
 mkdir -p "$LOG"
 BUILD=${BUILD:-build-gpu}
 TESTS=""; CPU=0; SAN=0; BENCH=0; BENCH_ARGS=""; TARGETS=""; RUN=0; CHECK=0; CHECK_ARGS=""; GPU_TESTS=1
-NCU=0; NCU_ARGS=""
+NCU=0; NCU_ARGS=""; BENCH_CP=0; BENCH_CP_ARGS=""
 EXAMPLES=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -42,6 +45,7 @@ while [[ $# -gt 0 ]]; do
     --cpu-tests) CPU=1; shift ;;
     --sanitize) SAN=1; shift ;;
     --bench) BENCH=1; BENCH_ARGS="$2"; shift 2 ;;
+    --bench-cp) BENCH_CP=1; BENCH_CP_ARGS="$2"; shift 2 ;;
     --ncu) NCU=1; NCU_ARGS="$2"; shift 2 ;;
     --run) RUN=1; shift ;;
     --check) CHECK=1; CHECK_ARGS="$2"; shift 2 ;;
@@ -129,6 +133,11 @@ if [[ $BENCH -eq 1 ]]; then
   # BENCH_ARGS is word-split as a shell would (its case names are quoted).
   eval "timeout $BENCH_LIMIT $(printf '%q' "$BUILD/bin/msa") bench $BENCH_ARGS --json $(printf '%q' "$OUT/bench.json")" 2>&1 |
     tee "$LOG/bench.txt" || status=1
+fi
+if [[ $BENCH_CP -eq 1 ]]; then
+  step "bench-cp"
+  eval "timeout $BENCH_LIMIT $(printf '%q' "$BUILD/bin/msa") bench-cp $BENCH_CP_ARGS --json $(printf '%q' "$OUT/bench_cp.json")" 2>&1 |
+    tee "$LOG/bench_cp.txt" || status=1
 fi
 if [[ $NCU -eq 1 ]]; then
   # ncu locks the SM clock at its base (about 1.4 GHz on the H200): durations
