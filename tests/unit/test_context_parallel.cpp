@@ -41,18 +41,30 @@ std::vector<float> rank_scores(const std::vector<float>& scores, const Sharding&
   return s;
 }
 
+// The selection numbers and sharding of trial `trial`: rows of up to 301
+// blocks, topk 1, 2, 16 and 64, with and without an initial block and a
+// second local one, 1 to 8 ranks, round-robin and runs of 1 to 13 blocks.
+struct RowCase {
+  int last, topk, init, local;
+  Sharding sh;
+};
+RowCase row_case(std::mt19937& rng, int trial) {
+  RowCase c;
+  c.last = std::uniform_int_distribution<int>(0, 300)(rng);
+  c.topk = std::vector<int>{1, 2, 16, 64}[trial % 4];
+  c.init = trial % 3 == 0 ? 1 : 0;
+  c.local = std::min(c.topk - c.init, trial % 5 == 0 ? 2 : 1);
+  c.sh.num_ranks = 1 + trial % 8;
+  c.sh.run_blocks = trial % 2 ? 0 : 1 + trial % 13;
+  return c;
+}
+
 TEST(ContextParallel, MergedSelectionEqualsSingleRank) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (int trial = 0; trial < 400; ++trial) {
-    const int last = std::uniform_int_distribution<int>(0, 300)(rng);
-    const int topk = std::vector<int>{1, 2, 16, 64}[trial % 4];
-    const int init = trial % 3 == 0 ? 1 : 0;
-    const int local = std::min(topk - init, trial % 5 == 0 ? 2 : 1);
-    Sharding sh;
-    sh.num_ranks = 1 + trial % 8;
-    sh.run_blocks = trial % 2 ? 0 : 1 + trial % 13;
+    const auto [last, topk, init, local, sh] = row_case(rng, trial);
     const auto scores = random_scores(rng, last + 1);
 
     std::vector<std::int32_t> want(topk);
@@ -139,13 +151,7 @@ TEST(ContextParallel, CandidatesFromOwnTopkMergeToSingleRank) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
   for (int trial = 0; trial < 600; ++trial) {
-    const int last = std::uniform_int_distribution<int>(0, 300)(rng);
-    const int topk = std::vector<int>{1, 2, 16, 64}[trial % 4];
-    const int init = trial % 3 == 0 ? 1 : 0;
-    const int local = std::min(topk - init, trial % 5 == 0 ? 2 : 1);
-    Sharding sh;
-    sh.num_ranks = 1 + trial % 8;
-    sh.run_blocks = trial % 2 ? 0 : 1 + trial % 13;
+    const auto [last, topk, init, local, sh] = row_case(rng, trial);
     const float nan_share = std::vector<float>{0.0f, 0.05f, 0.5f, 1.0f}[(trial / 4) % 4];
     const auto scores = random_scores(rng, last + 1, nan_share);
 
