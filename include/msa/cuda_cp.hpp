@@ -8,6 +8,7 @@
 // holds, in its own caches, only the pages of the blocks it owns, with -1 in
 // its block tables for the others. One layer on rank r (run_layer does it all):
 //   1. propose             its best topk owned, non-forced blocks of every row
+//                          (or those of its own indexer top-k)
 //   2. exchange_candidates NCCL all-gather of the candidates        (in place)
 //   3. merge_topk          merge into the global top-k (the same on every rank,
 //                          bit-identical to the single-GPU indexer), then keep
@@ -58,6 +59,19 @@ struct SelectShape {
 //   scores: [num_tokens, num_kv_heads, max_blocks]   out: [num_tokens, num_kv_heads, topk]
 void local_candidates(const StepView& step, const SelectShape& shape, const Sharding& sharding,
                       std::int32_t rank, const float* scores, Candidate* out, Stream stream);
+
+// (a') The same candidates' role from the rank's own selection, with no second
+// pass over its scores: for every row, the owned, non-forced entries of
+// `own_topk` with their scores, then {-inf, -1}; equal to
+// msa::cp::candidates_from_topk row by row. `own_topk` must be cuda::index's
+// top-k over this rank's cache (its block table -1 for every block it does not
+// own, so that those score NaN), with the same topk, init and local blocks.
+//   scores: [num_tokens, num_kv_heads, max_blocks] (only the owned entries of
+//           own_topk are read)
+//   own_topk: [num_tokens, num_kv_heads, topk] (any strides)   out: [num_tokens, num_kv_heads, topk]
+void topk_candidates(const StepView& step, const SelectShape& shape, const Sharding& sharding,
+                     std::int32_t rank, const float* scores, const TopkView& own_topk,
+                     Candidate* out, Stream stream);
 
 // (b) The global top-k of every row from all ranks' candidates: forced blocks,
 // then the best candidates, ids ascending, then -1 — bit-identical to
@@ -130,6 +144,11 @@ LayerPlan plan_layer(const Group& group, const BatchMetadata& meta, const Select
 // 1. This rank's candidates into its slice of plan.candidates.
 //   scores: [num_tokens, num_kv_heads, max_blocks], this rank's indexer scores
 void propose(const LayerPlan& plan, const StepView& step, const float* scores, Stream stream);
+// 1, from the top-k that cuda::index selected over this rank's cache (topk_candidates):
+// one read of topk entries per row instead of a selection over the row's scores.
+//   own_topk: [num_tokens, num_kv_heads, topk], the indexer's output next to `scores`
+void propose(const LayerPlan& plan, const StepView& step, const float* scores, const TopkView& own_topk,
+             Stream stream);
 // 2. All-gather of plan.candidates over group.comm (NCCL). Nothing to do for one
 // rank without a communicator; a build without NCCL throws for more ranks.
 void exchange_candidates(const LayerPlan& plan, Stream stream);
@@ -148,6 +167,9 @@ void combine(const LayerPlan& plan, void* out, float* lse, Stream stream);
 
 // Steps 1 to 6; the result goes to args.out and args.lse (if not null).
 void run_layer(const LayerPlan& plan, const StepView& step, const float* scores,
+               const AttentionArgs& args, Stream stream, const DeviceCheck& check = {});
+// The same, step 1 from the indexer's own top-k (the propose overload above).
+void run_layer(const LayerPlan& plan, const StepView& step, const float* scores, const TopkView& own_topk,
                const AttentionArgs& args, Stream stream, const DeviceCheck& check = {});
 
 }  // namespace msa::cuda::cp

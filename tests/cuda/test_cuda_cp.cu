@@ -1,6 +1,7 @@
 // GPU tests of context parallelism (src/cuda/cp, msa/cuda_cp.hpp):
 //  - the kernels against the CPU rules of msa/context_parallel.hpp, bit for
-//    bit: local candidates (with the unowned columns poisoned), the merge
+//    bit: local candidates (with the unowned columns poisoned), candidates
+//    from each rank's own top-k (and their merge), the merge
 //    (= cpu::select_row on the full row), the owned filter; garbage candidates
 //    never reach the top-k; the merge of partial results;
 //  - N ranks simulated on one GPU: each rank's caches hold only its own pages
@@ -184,6 +185,51 @@ TEST(CudaCp, KernelsFollowCpuRules) {
       }
     }
 
+    // (a') each rank from its own top-k, the single-rank selection over its
+    // scores with NaN for the blocks it does not own; the unowned columns of
+    // the scores it is given are +inf. The merge of those lists is the same.
+    DeviceBuffer<Candidate> own_cands(std::size_t(c.ranks) * rows * K);
+    own_cands.fill_bytes(0x7F);
+    std::vector<std::vector<std::int32_t>> own_topk(c.ranks, std::vector<std::int32_t>(rows * K, -1));
+    for (int r = 0; r < c.ranks; ++r) {
+      std::vector<float> masked = scores, poisoned = scores;
+      for (std::size_t row = 0; row < rows; ++row)
+        for (int b = 0; b < max_blocks; ++b)
+          if (sh.owner(b) != r) {
+            masked[row * max_blocks + b] = std::numeric_limits<float>::quiet_NaN();
+            poisoned[row * max_blocks + b] = kInf;
+          }
+      for (std::size_t row = 0; row < rows; ++row) {
+        const std::int32_t last = last_block(meta, std::int32_t(row / H), max_blocks);
+        if (last >= 0) msa::cpu::select_row(&masked[row * max_blocks], last, K, c.init, c.local, &own_topk[r][row * K]);
+      }
+      const DeviceBuffer<float> d(poisoned);
+      const DeviceBuffer<std::int32_t> own(own_topk[r]);
+      cp::topk_candidates(step.view, shape, sh, r, d.data(), TopkView::token_major(own.data(), H, K),
+                          own_cands.data() + r * rows * K, nullptr);
+      msa::test::device_sync();
+    }
+    {
+      const std::vector<Candidate> from_topk = own_cands.download();
+      for (int r = 0; r < c.ranks; ++r)
+        for (std::size_t row = 0; row < rows; ++row) {
+          const std::int32_t last = last_block(meta, std::int32_t(row / H), max_blocks);
+          if (last < 0) std::fill(want.begin(), want.end(), Candidate{-kInf, -1});
+          else msa::cp::candidates_from_topk(&scores[row * max_blocks], &own_topk[r][row * K], last, sh, r, K,
+                                             c.init, c.local, want.data());
+          for (int k = 0; k < K; ++k) {
+            const Candidate& g = from_topk[(r * rows + row) * K + k];
+            ASSERT_TRUE(same_bits(g, want[k])) << "own top-k, rank " << r << " row " << row << " (last " << last
+                                               << ") k " << k << ": got " << show(g) << " want " << show(want[k]);
+          }
+        }
+      DeviceBuffer<std::int32_t> merged_own(rows * K);
+      merged_own.fill_bytes(0x7F);
+      cp::merge_candidates(step.view, shape, sh, own_cands.data(), TopkView::token_major(merged_own.data(), H, K),
+                           nullptr);
+      ASSERT_EQ(merged_own.download(), merged) << "the merge of candidates from the ranks' own top-k differs";
+    }
+
     // (c) the owned entries of every rank, and once in place.
     DeviceBuffer<std::int32_t> mine(rows * K);
     std::vector<std::int32_t> want_owned(K);
@@ -354,6 +400,15 @@ TEST(CudaCp, ChecksNameTheArgument) {
                "rank = 2 is not in [0, 2)");
   expect_error([&] { cp::local_candidates(step.view, {1, 65, 0, 1, 8}, Sharding{2, 0}, 0, scores.data(), cands.data(), nullptr); },
                "topk = 65");
+  expect_error([&] { cp::topk_candidates(step.view, ok, Sharding{2, 0}, 0, scores.data(),
+                                         TopkView::token_major(topk.data(), 1, 32), cands.data(), nullptr); },
+               "own_topk.topk = 32 but topk = 16");
+  expect_error([&] { cp::topk_candidates(step.view, ok, Sharding{2, 0}, 0, scores.data(),
+                                         TopkView::token_major(nullptr, 1, 16), cands.data(), nullptr); },
+               "cp::topk_candidates: own_topk.data is null");
+  expect_error([&] { cp::topk_candidates(step.view, ok, Sharding{2, 0}, 3, scores.data(),
+                                         TopkView::token_major(topk.data(), 1, 16), cands.data(), nullptr); },
+               "rank = 3 is not in [0, 2)");
   expect_error([&] { cp::local_candidates(step.view, {1, 4, 3, 2, 8}, Sharding{2, 0}, 0, scores.data(), cands.data(), nullptr); },
                "init_blocks + local_blocks = 3 + 2 exceeds topk = 4");
   expect_error([&] { cp::merge_candidates(step.view, {1, 64, 0, 1, 8}, Sharding{17, 0}, cands.data(),
@@ -546,6 +601,10 @@ struct Rank {
     plan = cp::plan_layer(group, w.meta(), select_shape(w), attention_shape(w), {workspace.data(), bytes}, stream);
   }
   const float* score_data() const { return reinterpret_cast<const float*>(scores.data()); }
+  // The indexer's own selection over this rank's cache.
+  TopkView own_topk(const Workload& w) {
+    return TopkView::token_major(index_topk.data(), w.model().num_kv_heads, w.model().topk);
+  }
   msa::AttentionArgs args(Workload& w) {
     msa::KVCacheView c = w.kv_view_at(kv.data(), nullptr, nullptr);
     c.num_pages = pages;
@@ -631,13 +690,17 @@ void copy_all_gather(std::vector<Rank*>& ranks, std::size_t bytes, Get buffer) {
 // N ranks on one GPU; the all-gathers are device copies.
 TEST(CudaCp, ShardedLayerEqualsSingleGpu) {
   MSA_SKIP_WITHOUT_GPU();
-  struct LCase { int ranks, run; msa::DType kv; };
-  const std::vector<LCase> cases = {{2, 0, msa::DType::bf16}, {3, 0, msa::DType::bf16}, {4, 5, msa::DType::bf16},
-                                    {5, 0, msa::DType::fp8_e4m3}, {3, 40, msa::DType::bf16}};
+  // from_topk: propose from each rank's own indexer top-k instead of its scores.
+  struct LCase { int ranks, run; msa::DType kv; bool from_topk; };
+  const std::vector<LCase> cases = {
+      {2, 0, msa::DType::bf16, false},     {3, 0, msa::DType::bf16, true},  {4, 5, msa::DType::bf16, false},
+      {5, 0, msa::DType::fp8_e4m3, true}, {3, 40, msa::DType::bf16, false}, {4, 5, msa::DType::bf16, true},
+      {2, 0, msa::DType::bf16, true}};
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const LCase& c = cases[ci];
     const std::uint64_t seed = msa::test::seed_for(5100 + ci);
     SCOPED_TRACE(::testing::Message() << c.ranks << " ranks, run " << c.run << ", " << msa::dtype_name(c.kv)
+                                      << (c.from_topk ? ", from the own top-k" : ", from the scores")
                                       << ", seed " << seed);
     Workload w = layer_workload(c.kv, seed);
     const Reference ref = single_gpu(w);
@@ -650,7 +713,9 @@ TEST(CudaCp, ShardedLayerEqualsSingleGpu) {
       owned_ranks.push_back(std::make_unique<Rank>(w, make_shard(w, sh, r, seed * 31 + r), cp::Group{nullptr, r, sh}, nullptr));
       ranks.push_back(owned_ranks.back().get());
       expect_owned_scores(w, *ranks[r], r, sh, ref);
-      cp::propose(ranks[r]->plan, ranks[r]->dq.step.view, ranks[r]->score_data(), nullptr);
+      Rank& k = *ranks[r];
+      if (c.from_topk) cp::propose(k.plan, k.dq.step.view, k.score_data(), k.own_topk(w), nullptr);
+      else cp::propose(k.plan, k.dq.step.view, k.score_data(), nullptr);
     }
     const cp::LayerPlan& p0 = ranks[0]->plan;
     copy_all_gather(ranks, p0.candidate_bytes(), [](Rank& k) -> void* { return k.plan.candidates; });
@@ -677,7 +742,8 @@ TEST(CudaCp, ShardedLayerEqualsSingleGpu) {
     const auto out0 = ranks[0]->out.download();
     const auto lse0 = ranks[0]->lse.download();
     expect_close(out0, lse0, ref, w.out_dtype(), w.model().num_q_heads,
-                 msa::detail::concat(c.ranks, " simulated ranks, run ", c.run, " ", msa::dtype_name(c.kv)));
+                 msa::detail::concat(c.ranks, " simulated ranks, run ", c.run, " ", msa::dtype_name(c.kv),
+                                     c.from_topk ? " (own top-k)" : ""));
     for (int r = 1; r < c.ranks; ++r) {
       EXPECT_TRUE(ranks[r]->out.download() == out0) << "rank " << r << " merged a different output";
       EXPECT_TRUE(ranks[r]->lse.download() == lse0) << "rank " << r << " merged a different lse";
@@ -722,10 +788,12 @@ TEST(CudaCp, NcclOneRankEqualsSingleGpu) {
   NCCL_OK(ncclCommInitAll(&comm, 1, &dev));
   cudaStream_t stream = nullptr;
   MSA_CUDA_CHECK(cudaStreamCreate(&stream));
-  {
+  for (const bool from_topk : {false, true}) {
+    SCOPED_TRACE(from_topk ? "proposed from the own top-k" : "proposed from the scores");
     const Sharding sh{1, 0};
     Rank k(w, make_shard(w, sh, 0, seed), cp::Group{comm, 0, sh}, stream);
-    cp::run_layer(k.plan, k.dq.step.view, k.score_data(), k.args(w), stream, k.check.get());
+    if (from_topk) cp::run_layer(k.plan, k.dq.step.view, k.score_data(), k.own_topk(w), k.args(w), stream, k.check.get());
+    else cp::run_layer(k.plan, k.dq.step.view, k.score_data(), k.args(w), stream, k.check.get());
     MSA_CUDA_CHECK(cudaStreamSynchronize(stream));
     EXPECT_EQ(k.check.message(), "");
     const auto topk = download(k.plan.topk, w.topk.size());
@@ -733,7 +801,8 @@ TEST(CudaCp, NcclOneRankEqualsSingleGpu) {
     EXPECT_TRUE(k.out.download() == ref.out) << "the one-rank output differs from the single-GPU attention";
     const auto lse = k.lse.download();
     EXPECT_EQ(std::memcmp(lse.data(), ref.lse.data(), lse.size() * 4), 0) << "lse differs";
-    expect_close(k.out.download(), lse, ref, w.out_dtype(), w.model().num_q_heads, "nccl, 1 rank");
+    expect_close(k.out.download(), lse, ref, w.out_dtype(), w.model().num_q_heads,
+                 from_topk ? "nccl, 1 rank (own top-k)" : "nccl, 1 rank");
 
     // A plan for another group than the communicator's is refused before any transfer.
     cp::LayerPlan wrong = k.plan;
@@ -756,7 +825,8 @@ TEST(CudaCp, NcclMultiGpuEqualsSingleGpu) {
   const int R = std::min(devices, 8);
   for (const int run : {0, 3}) {
     const std::uint64_t seed = msa::test::seed_for(5300 + run);
-    SCOPED_TRACE(::testing::Message() << R << " GPUs, run " << run << ", seed " << seed);
+    SCOPED_TRACE(::testing::Message() << R << " GPUs, run " << run << ", seed " << seed
+                                      << (run == 0 ? ", from the scores" : ", from the own top-k"));
     const Sharding sh{R, run};
     MSA_CUDA_CHECK(cudaSetDevice(0));
     Workload w = layer_workload(msa::DType::bf16, seed);
@@ -792,7 +862,9 @@ TEST(CudaCp, NcclMultiGpuEqualsSingleGpu) {
       sync_point.arrive_and_wait();  // no rank enters a collective unless every rank can
       if (failed.load() == 0) {
         try {
-          cp::run_layer(k->plan, k->dq.step.view, k->score_data(), k->args(w), stream, k->check.get());
+          if (run == 0) cp::run_layer(k->plan, k->dq.step.view, k->score_data(), k->args(w), stream, k->check.get());
+          else cp::run_layer(k->plan, k->dq.step.view, k->score_data(), k->own_topk(w), k->args(w), stream,
+                             k->check.get());
           MSA_CUDA_CHECK(cudaStreamSynchronize(stream));
           checks[r] = k->check.message();
           topks[r] = download(k->plan.topk, w.topk.size());

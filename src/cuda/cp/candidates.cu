@@ -1,5 +1,6 @@
 // (a) of context parallelism: a rank's candidates from its block scores, equal
-// to msa::cp::local_candidates row by row.
+// to msa::cp::local_candidates row by row, or from its own top-k, equal to
+// msa::cp::candidates_from_topk.
 //
 // One warp per row (t, h). The row's owned, non-forced, eligible blocks form an
 // arithmetic progression (cp_device.cuh), so the warp reads only those columns.
@@ -100,7 +101,64 @@ __global__ void __launch_bounds__(kWarps * 32) candidates_kernel(const Candidate
   for (std::int32_t k = written + lane; k < K; k += 32) out[k] = Candidate{-INFINITY, -1};
 }
 
+struct TopkCandidateParams : detail::RowParams {
+  const float* scores = nullptr;  // [num_tokens, num_heads, max_blocks]
+  TopkView own;                   // [num_tokens, num_heads, topk] the rank's own selection
+  Candidate* out = nullptr;       // [num_tokens, num_heads, topk]
+  std::int32_t rank = 0;
+};
+
+// One warp per row: the owned, non-forced entries of the rank's own top-k, in
+// their order, with their scores (ballot compaction), then {-inf, -1}.
+__global__ void __launch_bounds__(kWarps * 32) topk_candidates_kernel(const TopkCandidateParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const std::int64_t row = std::int64_t(blockIdx.x) * kWarps + warp;
+  if (row >= p.num_rows) return;  // whole warp
+  const auto t = static_cast<std::int32_t>(row / p.num_heads);
+  const auto h = static_cast<std::int32_t>(row - std::int64_t(t) * p.num_heads);
+  const std::int32_t pos = p.step.position(t);
+  const std::int32_t last = pos < 0 ? -1 : min(pos / kBlockSize, p.max_blocks - 1);
+  const std::int32_t K = p.topk;
+  const std::int32_t* own = p.own.row(t, h);        // [topk]
+  Candidate* out = p.out + row * K;                 // [topk]
+  const float* s = p.scores + row * p.max_blocks;  // [max_blocks]
+  std::int32_t written = 0;
+  for (std::int32_t base = 0; base < K; base += 32) {
+    const std::int32_t k = base + lane;
+    const std::int32_t b = k < K && last >= 0 ? own[k] : -1;
+    const bool take = b >= 0 && b <= last && p.sharding.owner(b) == p.rank &&
+                      !select::is_forced(b, last, p.init_blocks, p.local_blocks);
+    const std::uint32_t takes = __ballot_sync(0xffffffffu, take);
+    if (take) out[written + __popc(takes & lanes_below(lane))] = Candidate{s[b], b};
+    written += __popc(takes);
+  }
+  for (std::int32_t k = written + lane; k < K; k += 32) out[k] = Candidate{-INFINITY, -1};
+}
+
 }  // namespace
+
+void topk_candidates(const StepView& step, const SelectShape& shape, const Sharding& sharding,
+                     std::int32_t rank, const float* scores, const TopkView& own_topk,
+                     Candidate* out, Stream stream) {
+  const char* fn = "cp::topk_candidates";
+  detail::check_select(fn, step, shape);
+  detail::check_sharding(fn, sharding, rank);
+  MSA_CHECK(own_topk.topk == shape.topk, fn, ": own_topk.topk = ", own_topk.topk,
+            " but topk = ", shape.topk);
+  if (step.num_tokens == 0) return;
+  MSA_CHECK(out != nullptr, fn, ": out is null");
+  MSA_CHECK(own_topk.data != nullptr, fn, ": own_topk.data is null");
+  MSA_CHECK(scores != nullptr || shape.max_blocks == 0, fn, ": scores is null");
+  TopkCandidateParams p;
+  static_cast<detail::RowParams&>(p) = detail::row_params(step, shape, sharding);
+  p.scores = scores;
+  p.own = own_topk;
+  p.out = out;
+  p.rank = rank;
+  const dim3 grid(static_cast<unsigned>((p.num_rows + kWarps - 1) / kWarps));
+  topk_candidates_kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MSA_CUDA_CHECK_LAUNCH();
+}
 
 void local_candidates(const StepView& step, const SelectShape& shape, const Sharding& sharding,
                       std::int32_t rank, const float* scores, Candidate* out, Stream stream) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "cuda/cp/cp_checks.hpp"
+#include "cuda/cp/merge.hpp"
 #include "msa/common.hpp"
 #include "msa/cuda.hpp"
 #include "msa/cuda_cp.hpp"
@@ -126,12 +127,17 @@ void propose(const LayerPlan& plan, const StepView& step, const float* scores, S
                    plan.candidates + plan.group.rank * plan.candidate_count(), stream);
 }
 
+void propose(const LayerPlan& plan, const StepView& step, const float* scores, const TopkView& own_topk,
+             Stream stream) {
+  check_step("cp::propose", plan, step);
+  topk_candidates(step, plan.select, plan.group.sharding, plan.group.rank, scores, own_topk,
+                  plan.candidates + plan.group.rank * plan.candidate_count(), stream);
+}
+
 void merge_topk(const LayerPlan& plan, const StepView& step, Stream stream) {
   check_step("cp::merge_topk", plan, step);
-  const TopkView global = topk_view(plan.topk, plan.select);
-  merge_candidates(step, plan.select, plan.group.sharding, plan.candidates, global, stream);
-  owned_entries(plan.num_tokens, plan.select.num_kv_heads, global, plan.group.sharding,
-                plan.group.rank, topk_view(plan.owned, plan.select), stream);
+  detail::merge_and_own(step, plan.select, plan.group.sharding, plan.group.rank, plan.candidates,
+                        topk_view(plan.topk, plan.select), topk_view(plan.owned, plan.select), stream);
 }
 
 void attend_owned(const LayerPlan& plan, const StepView& step, const AttentionArgs& args,

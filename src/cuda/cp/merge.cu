@@ -8,7 +8,8 @@
 // id), up to 32 per lane in registers. Each of the at most topk rounds takes
 // the warp's largest key and drops every candidate of that block, so the row
 // never holds an id twice whatever the input. The chosen ids are sorted
-// ascending by a rank count.
+// ascending by a rank count; merge_topk's form writes the rank's owned entries
+// in the same pass.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include "cuda/common/warp_select.cuh"
 #include "cuda/cp/cp_checks.hpp"
 #include "cuda/cp/cp_device.cuh"
+#include "cuda/cp/merge.hpp"
 #include "msa/common.hpp"
 #include "msa/cuda_cp.hpp"
 #include "msa/error.hpp"
@@ -32,6 +34,8 @@ using warp::order_key;
 struct MergeParams : detail::RowParams {
   const Candidate* candidates = nullptr;  // [num_ranks, num_tokens, num_heads, topk]
   TopkView out;                           // [num_tokens, num_heads, topk]
+  TopkView owned;  // [num_tokens, num_heads, topk] the entries `rank` owns; data null: not written
+  std::int32_t rank = 0;
 };
 
 // The block of a nonzero key.
@@ -42,6 +46,7 @@ __device__ __forceinline__ std::int32_t key_block(std::uint64_t key) {
 template <int kPerLane>
 __global__ void __launch_bounds__(kWarps * 32) merge_kernel(const MergeParams p) {
   __shared__ std::int32_t chosen_all[kWarps][kMaxTopk];
+  __shared__ bool mine_all[kWarps][kMaxTopk];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const std::int64_t row = std::int64_t(blockIdx.x) * kWarps + warp;
   if (row >= p.num_rows) return;  // whole warp; no block-wide barrier below
@@ -51,8 +56,13 @@ __global__ void __launch_bounds__(kWarps * 32) merge_kernel(const MergeParams p)
   const std::int32_t last = pos < 0 ? -1 : min(pos / kBlockSize, p.max_blocks - 1);
   const std::int32_t K = p.topk;
   std::int32_t* out = p.out.row(t, h);  // [topk]
+  const bool own = p.owned.data != nullptr;
+  std::int32_t* owned = own ? p.owned.row(t, h) : nullptr;  // [topk]
   if (last < 0) {
-    for (std::int32_t k = lane; k < K; k += 32) out[k] = -1;
+    for (std::int32_t k = lane; k < K; k += 32) {
+      out[k] = -1;
+      if (own) owned[k] = -1;
+    }
     return;
   }
   std::int32_t* chosen = chosen_all[warp];  // [topk]
@@ -106,15 +116,35 @@ __global__ void __launch_bounds__(kWarps * 32) merge_kernel(const MergeParams p)
   }
   __syncwarp();
 
-  // Ascending ids (all distinct), then -1.
+  // Ascending ids (all distinct), then -1; the owned ones in the same order
+  // into `owned`, then -1.
   const std::int32_t n = forced + taken;
-  for (std::int32_t j = lane; j < n; j += 32) {
-    const std::int32_t v = chosen[j];
-    std::int32_t place = 0;
-    for (std::int32_t i = 0; i < n; ++i) place += chosen[i] < v ? 1 : 0;
-    out[place] = v;
+  bool* mine = mine_all[warp];  // [topk]
+  if (own) {
+    for (std::int32_t j = lane; j < n; j += 32) mine[j] = p.sharding.owner(chosen[j]) == p.rank;
+    __syncwarp();
+  }
+  std::int32_t owned_n = 0;
+  for (std::int32_t base = 0; base < n; base += 32) {
+    const std::int32_t j = base + lane;
+    const bool in = j < n;
+    const std::int32_t v = in ? chosen[j] : 0;
+    std::int32_t place = 0, owned_place = 0;
+    if (in) {
+      for (std::int32_t i = 0; i < n; ++i) {
+        const bool before = chosen[i] < v;
+        place += before ? 1 : 0;
+        owned_place += before && own && mine[i] ? 1 : 0;
+      }
+      out[place] = v;
+    }
+    const bool keep = in && own && mine[j];
+    if (keep) owned[owned_place] = v;
+    owned_n += __popc(__ballot_sync(0xffffffffu, keep));
   }
   for (std::int32_t k = n + lane; k < K; k += 32) out[k] = -1;
+  if (own)
+    for (std::int32_t k = owned_n + lane; k < K; k += 32) owned[k] = -1;
 }
 
 struct OwnedParams {
@@ -153,10 +183,20 @@ unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>((rows + kW
 
 void merge_candidates(const StepView& step, const SelectShape& shape, const Sharding& sharding,
                       const Candidate* candidates, const TopkView& out, Stream stream) {
-  const char* fn = "cp::merge_candidates";
+  detail::merge_and_own(step, shape, sharding, 0, candidates, out, TopkView{}, stream);
+}
+
+namespace detail {
+
+void merge_and_own(const StepView& step, const SelectShape& shape, const Sharding& sharding,
+                   std::int32_t rank, const Candidate* candidates, const TopkView& out,
+                   const TopkView& owned, Stream stream) {
+  const char* fn = owned.data == nullptr ? "cp::merge_candidates" : "cp::merge_topk";
   detail::check_select(fn, step, shape);
-  detail::check_sharding(fn, sharding, 0);
+  detail::check_sharding(fn, sharding, rank);
   MSA_CHECK(out.topk == shape.topk, fn, ": out.topk = ", out.topk, " but topk = ", shape.topk);
+  MSA_CHECK(owned.data == nullptr || owned.topk == shape.topk, fn, ": owned.topk = ", owned.topk,
+            " but topk = ", shape.topk);
   const std::int64_t total = std::int64_t(sharding.num_ranks) * shape.topk;
   MSA_CHECK(total <= kMaxMergeCandidates, fn, ": num_ranks * topk = ", sharding.num_ranks, " * ",
             shape.topk, " = ", total, " exceeds ", kMaxMergeCandidates);
@@ -167,6 +207,8 @@ void merge_candidates(const StepView& step, const SelectShape& shape, const Shar
   static_cast<detail::RowParams&>(p) = detail::row_params(step, shape, sharding);
   p.candidates = candidates;
   p.out = out;
+  p.owned = owned;
+  p.rank = rank;
   const auto s = static_cast<cudaStream_t>(stream);
   if (total <= 64) {
     merge_kernel<2><<<row_blocks(p.num_rows), kWarps * 32, 0, s>>>(p);
@@ -177,6 +219,8 @@ void merge_candidates(const StepView& step, const SelectShape& shape, const Shar
   }
   MSA_CUDA_CHECK_LAUNCH();
 }
+
+}  // namespace detail
 
 void owned_entries(std::int32_t num_tokens, std::int32_t num_kv_heads, const TopkView& in,
                    const Sharding& sharding, std::int32_t rank, const TopkView& out,

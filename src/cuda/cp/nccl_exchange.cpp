@@ -100,14 +100,30 @@ void exchange_partials(const LayerPlan& plan, Stream) {
 
 #endif  // MSA_HAVE_NCCL
 
-void run_layer(const LayerPlan& plan, const StepView& step, const float* scores,
-               const AttentionArgs& args, Stream stream, const DeviceCheck& check) {
-  propose(plan, step, scores, stream);
+namespace {
+
+// Steps 2 to 6, once this rank's candidates are in place.
+void finish_layer(const LayerPlan& plan, const StepView& step, const AttentionArgs& args, Stream stream,
+                  const DeviceCheck& check) {
   exchange_candidates(plan, stream);
   merge_topk(plan, step, stream);
   attend_owned(plan, step, args, stream, check);
   exchange_partials(plan, stream);
   combine(plan, args.out, args.lse, stream);
+}
+
+}  // namespace
+
+void run_layer(const LayerPlan& plan, const StepView& step, const float* scores,
+               const AttentionArgs& args, Stream stream, const DeviceCheck& check) {
+  propose(plan, step, scores, stream);
+  finish_layer(plan, step, args, stream, check);
+}
+
+void run_layer(const LayerPlan& plan, const StepView& step, const float* scores, const TopkView& own_topk,
+               const AttentionArgs& args, Stream stream, const DeviceCheck& check) {
+  propose(plan, step, scores, own_topk, stream);
+  finish_layer(plan, step, args, stream, check);
 }
 
 }  // namespace msa::cuda::cp

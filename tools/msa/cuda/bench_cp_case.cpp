@@ -66,7 +66,8 @@ std::string sharding_name(const cp::Sharding& s) {
   return "runs of " + std::to_string(s.run_blocks) + " blocks";
 }
 
-CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, cuda::Stream stream) : c_(c) {
+CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, bool from_scores, cuda::Stream stream)
+    : c_(c), from_scores_(from_scores) {
   const int H = c.num_kv_heads, QH = c.num_q_heads, K = c.topk;
   BatchSpec spec;
   spec.query_lens.assign(std::size_t(c.batch), c.query_len);
@@ -151,12 +152,14 @@ CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, 
 
 void CpRank::step(cuda::Stream stream) const {
   cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
-  ccp::run_layer(plan_, view_, scores_.as<float>(), attention_args_, stream);
+  if (from_scores_) ccp::run_layer(plan_, view_, scores_.as<float>(), attention_args_, stream);
+  else ccp::run_layer(plan_, view_, scores_.as<float>(), index_args_.out, attention_args_, stream);
 }
 
 void CpRank::index_phase(cuda::Stream stream) const {
   cuda::index(view_, index_args_, max_blocks_, {scores_.get(), scores_.bytes()}, stream);
-  ccp::propose(plan_, view_, scores_.as<float>(), stream);
+  if (from_scores_) ccp::propose(plan_, view_, scores_.as<float>(), stream);
+  else ccp::propose(plan_, view_, scores_.as<float>(), index_args_.out, stream);
   ccp::exchange_candidates(plan_, stream);
   ccp::merge_topk(plan_, view_, stream);
 }

@@ -50,7 +50,10 @@ std::string sharding_name(const cp::Sharding& s);
 // on `stream` (a blocking stream of that device).
 class CpRank {
  public:
-  CpRank(const BenchCase& c, const cuda::cp::Group& group, std::uint64_t seed, cuda::Stream stream);
+  // from_scores: propose by a selection over the block scores (cp::local_candidates)
+  // instead of from the indexer's own top-k (cp::topk_candidates).
+  CpRank(const BenchCase& c, const cuda::cp::Group& group, std::uint64_t seed, bool from_scores,
+         cuda::Stream stream);
 
   // cuda::index on the owned blocks, then the layer (propose, exchange, merge,
   // owned attention, exchange, combine): the context-parallel step.
@@ -82,6 +85,7 @@ class CpRank {
 
  private:
   BenchCase c_;
+  bool from_scores_ = false;
   BatchMetadata meta_;
   std::int32_t max_blocks_ = 0;
   std::int64_t owned_pages_ = 0;

@@ -51,6 +51,7 @@ struct CpSettings {
   std::uint64_t seed = 1;
   bool graph = true;         // replay CUDA graphs (else direct calls)
   int run_blocks = 0;        // 0 round-robin; > 0 runs of that many blocks; < 0 even runs
+  bool propose_from_scores = false;  // propose by a selection over the scores, not from the indexer's top-k
 };
 
 // The step and its two halves; each the median over replays of the largest
