@@ -99,7 +99,34 @@ void merge_partials(const void* partial_out, const float* partial_lse, DType dty
                     std::int32_t num_ranks, std::int64_t rows, void* out, DType out_dtype,
                     float* lse, Stream stream);
 
+// (e) One rank's share of the same merge, for a sum over ranks (an all-reduce):
+//   weighted = w_rank out_rank,  w_rank = exp(lse_rank - L)  (the weight of (d));
+// 0 where w_rank is 0, whatever out_rank holds.
+//   own_out: [rows, 128] dtype (bf16, fp16 or f32), 16-byte aligned
+//   partial_lse: [num_ranks, rows] every rank's lse   weighted: [rows, 128] fp32, 16-byte aligned
+void weigh_partial(const void* own_out, DType dtype, const float* partial_lse, std::int32_t num_ranks,
+                   std::int32_t rank, std::int64_t rows, float* weighted, Stream stream);
+// (f) The result from the sum over ranks of (e): out = summed in out_dtype,
+// lse = log sum_r exp(lse_r) as (d); rows whose ranks all have lse -inf get 0.
+//   summed: [rows, 128] fp32   partial_lse: [num_ranks, rows]
+//   out: [rows, 128] out_dtype (bf16, fp16 or f32), 16-byte aligned; lse: [rows] or null
+void finish_weighted(const float* summed, const float* partial_lse, std::int32_t num_ranks,
+                     std::int64_t rows, void* out, DType out_dtype, float* lse, Stream stream);
+
 // ---- one rank of a layer ------------------------------------------------------------
+
+// How the ranks' partial attention results become the layer's output.
+enum class PartialMerge : std::int8_t {
+  // All-gather of every rank's output rows and lse, then each rank merges
+  // them all (d): a rank sends rows * (128 * out bytes + 4) bytes and
+  // receives num_ranks - 1 times as many. Cheapest for decode steps.
+  gather,
+  // All-gather of the lse alone; each rank weighs its own rows into fp32 (e),
+  // an fp32 all-reduce sums them, and (f) converts: about 2 (num_ranks - 1) /
+  // num_ranks x rows * 512 bytes through each rank whatever the rank count,
+  // and no num_ranks-fold buffer. For long prefill chunks on many ranks.
+  reduce,
+};
 
 // This rank's place in the group.
 struct Group {
@@ -120,26 +147,32 @@ struct LayerPlan {
   Candidate* candidates = nullptr;  // [num_ranks, num_tokens, num_kv_heads, topk]
   std::int32_t* topk = nullptr;     // [num_tokens, num_kv_heads, topk] the global top-k
   std::int32_t* owned = nullptr;    // [num_tokens, num_kv_heads, topk] this rank's entries
-  void* partial_out = nullptr;      // [num_ranks, num_tokens, num_q_heads, 128] out_dtype
+  PartialMerge merge = PartialMerge::gather;
+  // gather: [num_ranks, num_tokens, num_q_heads, 128] out_dtype, this rank's slice at `rank`;
+  // reduce: [num_tokens, num_q_heads, 128] out_dtype, this rank's rows only
+  void* partial_out = nullptr;
   float* partial_lse = nullptr;     // [num_ranks, num_tokens, num_q_heads]
+  float* weighted = nullptr;        // reduce: [num_tokens, num_q_heads, 128] fp32, summed in place
 
   std::int64_t candidate_count() const;  // per rank: num_tokens * num_kv_heads * topk
   std::int64_t partial_rows() const;     // per rank: num_tokens * num_q_heads
-  // Bytes one rank contributes to each all-gather (it receives num_ranks - 1 times as many).
+  // Bytes one rank contributes to each all-gather (it receives num_ranks - 1
+  // times as many), or, reduce, its lse plus the all-reduce's buffer.
   std::size_t candidate_bytes() const;   // candidate_count() * 8
-  std::size_t partial_bytes() const;     // partial_rows() * (128 * out bytes + 4)
+  std::size_t partial_bytes() const;     // partial_rows() * (128 * out bytes + 4), reduce (128 * 4 + 4)
 };
 
 // Device bytes of a rank's layer workspace (the attention plan's included).
 // `args` says the attention problem as for attention_workspace_bytes (its
 // pointers may be null); its cache is this rank's.
 std::size_t layer_workspace_bytes(const BatchMetadata& meta, const SelectShape& select, const AttentionArgs& args,
-                                  std::int32_t num_ranks, const AttentionTuning& tuning = {});
+                                  std::int32_t num_ranks, const AttentionTuning& tuning = {},
+                                  PartialMerge merge = PartialMerge::gather);
 // Lays out the workspace and plans this rank's attention (plan_attention).
 // Throws msa::Error on a bad group, shapes that disagree, or a short workspace.
 LayerPlan plan_layer(const Group& group, const BatchMetadata& meta, const SelectShape& select,
                      const AttentionArgs& args, const Workspace& workspace, Stream stream,
-                     const AttentionTuning& tuning = {});
+                     const AttentionTuning& tuning = {}, PartialMerge merge = PartialMerge::gather);
 
 // 1. This rank's candidates into its slice of plan.candidates.
 //   scores: [num_tokens, num_kv_heads, max_blocks], this rank's indexer scores
@@ -154,14 +187,21 @@ void propose(const LayerPlan& plan, const StepView& step, const float* scores, c
 void exchange_candidates(const LayerPlan& plan, Stream stream);
 // 3. plan.topk = the global top-k; plan.owned = this rank's entries of it.
 void merge_topk(const LayerPlan& plan, const StepView& step, Stream stream);
-// 4. cuda::attend over plan.owned into this rank's slice of the partials.
+// 4. cuda::attend over plan.owned into this rank's slice of the partials
+// (reduce: into plan.partial_out).
 // `args` gives q, the scale and this rank's cache and block table; its topk,
 // out and lse are not used.
 void attend_owned(const LayerPlan& plan, const StepView& step, const AttentionArgs& args,
                   Stream stream, const DeviceCheck& check = {});
 // 5. All-gather of the partial outputs and lse over group.comm (NCCL), as 2.
+// reduce: all-gather of the lse, weigh_own, then an in-place fp32 all-reduce
+// (sum) of plan.weighted.
 void exchange_partials(const LayerPlan& plan, Stream stream);
-// 6. The merged result.
+// 5 (reduce), between its two collectives: plan.weighted = this rank's rows
+// weighed by the gathered lse (weigh_partial), for callers that exchange
+// themselves.
+void weigh_own(const LayerPlan& plan, Stream stream);
+// 6. The merged result (reduce: finish_weighted of plan.weighted).
 //   out: [num_tokens, num_q_heads, 128] plan.out_dtype; lse: [num_tokens, num_q_heads] or null
 void combine(const LayerPlan& plan, void* out, float* lse, Stream stream);
 

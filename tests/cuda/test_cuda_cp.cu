@@ -8,6 +8,7 @@
 //    (block tables -1 elsewhere), the all-gathers are device copies; the global
 //    top-k must equal the single-GPU indexer's exactly and the merged attention
 //    the single-GPU attention (rel Frobenius 1e-2, lse 1e-3);
+//  - the partials merged by gather or by weighing and summing (reduce);
 //  - the NCCL path end to end on a one-rank communicator (bit-identical to the
 //    single-GPU result), and over every GPU of the machine when it has >= 2.
 #include <gtest/gtest.h>
@@ -383,6 +384,33 @@ TEST(CudaCp, MergePartialsFollowsCpu) {
       if (want_lse[i] == -kInf) { ASSERT_EQ(got_lse[i], -kInf) << "row " << i; continue; }
       ASSERT_NEAR(got_lse[i], want_lse[i], 1e-5 * (1.0 + std::fabs(want_lse[i]))) << "row " << i;
     }
+
+    // The same merge cut around a sum: every rank's weighted rows (e), summed
+    // here in fp32 as an all-reduce would, then (f). The lse is the merge's,
+    // bit for bit; NaN rows of ranks without keys stay out.
+    const std::size_t per_rank = std::size_t(rows) * 128;
+    std::vector<float> sum(per_rank, 0.0f);
+    DeviceBuffer<float> weighted(per_rank);
+    for (int r = 0; r < c.ranks; ++r) {
+      weighted.poison_nan();
+      cp::weigh_partial(d_in.data() + std::size_t(r) * per_rank * msa::dtype_bytes(c.in), c.in, d_lse.data(),
+                        c.ranks, r, rows, weighted.data(), nullptr);
+      const std::vector<float> w = weighted.download();
+      for (std::size_t i = 0; i < per_rank; ++i) {
+        ASSERT_FALSE(std::isnan(w[i])) << "rank " << r << " weighted element " << i;
+        sum[i] += w[i];
+      }
+    }
+    const DeviceBuffer<float> d_sum(sum);
+    d_out.poison_nan();
+    d_lse_out.poison_nan();
+    cp::finish_weighted(d_sum.data(), d_lse.data(), c.ranks, rows, d_out.data(), c.out, d_lse_out.data(), nullptr);
+    const std::vector<double> reduced = msa::ref::read_array(d_out.download().data(), c.out, rows * 128);
+    for (std::int64_t i = 0; i < rows * 128; ++i)
+      ASSERT_NEAR(reduced[i], want[i], tol * (1.0 + std::fabs(want[i]))) << "reduced, element " << i;
+    const std::vector<float> reduced_lse = d_lse_out.download();
+    ASSERT_EQ(std::memcmp(reduced_lse.data(), got_lse.data(), got_lse.size() * sizeof(float)), 0)
+        << "the reduced form's lse differs from merge_partials'";
   }
 }
 
@@ -420,6 +448,12 @@ TEST(CudaCp, ChecksNameTheArgument) {
   expect_error([&] { cp::merge_partials(scores.data(), scores.data(), msa::DType::fp8_e4m3, 2, 1, topk.data(),
                                         msa::DType::bf16, nullptr, nullptr); },
                "dtype = fp8_e4m3");
+  expect_error([&] { cp::weigh_partial(scores.data(), msa::DType::bf16, scores.data(), 2, 2, 1, scores.data(), nullptr); },
+               "cp::weigh_partial: rank = 2 is not in [0, 2)");
+  expect_error([&] { cp::weigh_partial(scores.data(), msa::DType::fp8_e5m2, scores.data(), 2, 0, 1, scores.data(), nullptr); },
+               "cp::weigh_partial: dtype = fp8_e5m2");
+  expect_error([&] { cp::finish_weighted(scores.data(), scores.data(), 2, 1, nullptr, msa::DType::bf16, nullptr, nullptr); },
+               "cp::finish_weighted: summed / partial_lse / out is null");
   msa::AttentionArgs shape;
   shape.num_q_heads = 16, shape.cache.num_kv_heads = 1, shape.topk.topk = 32;
   expect_error([&] { (void)cp::layer_workspace_bytes(meta, ok, shape, 2); },
@@ -584,7 +618,8 @@ struct Rank {
   cp::LayerPlan plan;
   msa::test::CheckBuffer check;
 
-  Rank(Workload& w, const ShardHost& h, const cp::Group& group, void* stream)
+  Rank(Workload& w, const ShardHost& h, const cp::Group& group, void* stream,
+       cp::PartialMerge merge = cp::PartialMerge::gather)
       : dq(w), kv(h.kv), index(h.index), table(h.table), index_table(h.index_table),
         index_topk(w.topk.size()), out(w.out.size()), lse(w.lse.size()), pages(h.pages) {
     msa::IndexCacheView ic = w.index_view_at(index.data());
@@ -593,12 +628,13 @@ struct Rank {
     // skips them (NaN scores); no DeviceCheck, as those entries are expected.
     scores = run_indexer(w, dq, ic, index_table.data(), index_topk.data(), stream);
     const std::size_t bytes = cp::layer_workspace_bytes(w.meta(), select_shape(w), attention_shape(w),
-                                                        group.sharding.num_ranks);
+                                                        group.sharding.num_ranks, {}, merge);
     workspace = DeviceBuffer<std::uint8_t>(bytes);
     workspace.poison_nan();
     out.poison_nan();
     lse.poison_nan();
-    plan = cp::plan_layer(group, w.meta(), select_shape(w), attention_shape(w), {workspace.data(), bytes}, stream);
+    plan = cp::plan_layer(group, w.meta(), select_shape(w), attention_shape(w), {workspace.data(), bytes}, stream,
+                          {}, merge);
   }
   const float* score_data() const { return reinterpret_cast<const float*>(scores.data()); }
   // The indexer's own selection over this rank's cache.
@@ -690,18 +726,21 @@ void copy_all_gather(std::vector<Rank*>& ranks, std::size_t bytes, Get buffer) {
 // N ranks on one GPU; the all-gathers are device copies.
 TEST(CudaCp, ShardedLayerEqualsSingleGpu) {
   MSA_SKIP_WITHOUT_GPU();
-  // from_topk: propose from each rank's own indexer top-k instead of its scores.
-  struct LCase { int ranks, run; msa::DType kv; bool from_topk; };
+  // from_topk: propose from each rank's own indexer top-k instead of its
+  // scores; reduce: merge the partials by weighing and summing (the sum done
+  // here on the host, as an all-reduce would) instead of gathering them.
+  struct LCase { int ranks, run; msa::DType kv; bool from_topk, reduce; };
   const std::vector<LCase> cases = {
-      {2, 0, msa::DType::bf16, false},     {3, 0, msa::DType::bf16, true},  {4, 5, msa::DType::bf16, false},
-      {5, 0, msa::DType::fp8_e4m3, true}, {3, 40, msa::DType::bf16, false}, {4, 5, msa::DType::bf16, true},
-      {2, 0, msa::DType::bf16, true}};
+      {2, 0, msa::DType::bf16, false, false},    {3, 0, msa::DType::bf16, true, false},
+      {4, 5, msa::DType::bf16, false, true},     {5, 0, msa::DType::fp8_e4m3, true, true},
+      {3, 40, msa::DType::bf16, false, false},   {4, 5, msa::DType::bf16, true, false},
+      {2, 0, msa::DType::bf16, true, true},      {1, 0, msa::DType::bf16, true, true}};
   for (std::size_t ci = 0; ci < cases.size(); ++ci) {
     const LCase& c = cases[ci];
     const std::uint64_t seed = msa::test::seed_for(5100 + ci);
     SCOPED_TRACE(::testing::Message() << c.ranks << " ranks, run " << c.run << ", " << msa::dtype_name(c.kv)
                                       << (c.from_topk ? ", from the own top-k" : ", from the scores")
-                                      << ", seed " << seed);
+                                      << (c.reduce ? ", reduce" : ", gather") << ", seed " << seed);
     Workload w = layer_workload(c.kv, seed);
     const Reference ref = single_gpu(w);
     const Sharding sh{c.ranks, c.run};
@@ -710,7 +749,8 @@ TEST(CudaCp, ShardedLayerEqualsSingleGpu) {
     std::vector<std::unique_ptr<Rank>> owned_ranks;
     std::vector<Rank*> ranks;
     for (int r = 0; r < c.ranks; ++r) {
-      owned_ranks.push_back(std::make_unique<Rank>(w, make_shard(w, sh, r, seed * 31 + r), cp::Group{nullptr, r, sh}, nullptr));
+      owned_ranks.push_back(std::make_unique<Rank>(w, make_shard(w, sh, r, seed * 31 + r), cp::Group{nullptr, r, sh},
+                                                   nullptr, c.reduce ? cp::PartialMerge::reduce : cp::PartialMerge::gather));
       ranks.push_back(owned_ranks.back().get());
       expect_owned_scores(w, *ranks[r], r, sh, ref);
       Rank& k = *ranks[r];
@@ -735,15 +775,26 @@ TEST(CudaCp, ShardedLayerEqualsSingleGpu) {
     msa::test::device_sync();
     for (int r = 0; r < c.ranks; ++r) EXPECT_EQ(ranks[r]->check.message(), "") << "rank " << r;
     const std::size_t rows = std::size_t(p0.partial_rows());
-    copy_all_gather(ranks, rows * 128 * msa::dtype_bytes(p0.out_dtype), [](Rank& k) { return k.plan.partial_out; });
     copy_all_gather(ranks, rows * sizeof(float), [](Rank& k) -> void* { return k.plan.partial_lse; });
+    if (c.reduce) {
+      std::vector<float> sum(rows * 128, 0.0f);
+      for (Rank* k : ranks) {
+        cp::weigh_own(k->plan, nullptr);
+        const std::vector<float> w_r = download(k->plan.weighted, sum.size());
+        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += w_r[i];
+      }
+      for (Rank* k : ranks)
+        MSA_CUDA_CHECK(cudaMemcpy(k->plan.weighted, sum.data(), sum.size() * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+      copy_all_gather(ranks, rows * 128 * msa::dtype_bytes(p0.out_dtype), [](Rank& k) { return k.plan.partial_out; });
+    }
     for (Rank* k : ranks) cp::combine(k->plan, k->out.data(), k->lse.data(), nullptr);
     msa::test::device_sync();
     const auto out0 = ranks[0]->out.download();
     const auto lse0 = ranks[0]->lse.download();
     expect_close(out0, lse0, ref, w.out_dtype(), w.model().num_q_heads,
                  msa::detail::concat(c.ranks, " simulated ranks, run ", c.run, " ", msa::dtype_name(c.kv),
-                                     c.from_topk ? " (own top-k)" : ""));
+                                     c.from_topk ? " (own top-k)" : "", c.reduce ? " reduce" : ""));
     for (int r = 1; r < c.ranks; ++r) {
       EXPECT_TRUE(ranks[r]->out.download() == out0) << "rank " << r << " merged a different output";
       EXPECT_TRUE(ranks[r]->lse.download() == lse0) << "rank " << r << " merged a different lse";
@@ -788,10 +839,15 @@ TEST(CudaCp, NcclOneRankEqualsSingleGpu) {
   NCCL_OK(ncclCommInitAll(&comm, 1, &dev));
   cudaStream_t stream = nullptr;
   MSA_CUDA_CHECK(cudaStreamCreate(&stream));
-  for (const bool from_topk : {false, true}) {
-    SCOPED_TRACE(from_topk ? "proposed from the own top-k" : "proposed from the scores");
+  struct Form { bool from_topk; cp::PartialMerge merge; };
+  for (const Form f : {Form{false, cp::PartialMerge::gather}, Form{true, cp::PartialMerge::gather},
+                       Form{true, cp::PartialMerge::reduce}}) {
+    const bool from_topk = f.from_topk;
+    const bool reduce = f.merge == cp::PartialMerge::reduce;
+    SCOPED_TRACE(::testing::Message() << (from_topk ? "proposed from the own top-k" : "proposed from the scores")
+                                      << (reduce ? ", reduce" : ", gather"));
     const Sharding sh{1, 0};
-    Rank k(w, make_shard(w, sh, 0, seed), cp::Group{comm, 0, sh}, stream);
+    Rank k(w, make_shard(w, sh, 0, seed), cp::Group{comm, 0, sh}, stream, f.merge);
     if (from_topk) cp::run_layer(k.plan, k.dq.step.view, k.score_data(), k.own_topk(w), k.args(w), stream, k.check.get());
     else cp::run_layer(k.plan, k.dq.step.view, k.score_data(), k.args(w), stream, k.check.get());
     MSA_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -802,7 +858,7 @@ TEST(CudaCp, NcclOneRankEqualsSingleGpu) {
     const auto lse = k.lse.download();
     EXPECT_EQ(std::memcmp(lse.data(), ref.lse.data(), lse.size() * 4), 0) << "lse differs";
     expect_close(k.out.download(), lse, ref, w.out_dtype(), w.model().num_q_heads,
-                 from_topk ? "nccl, 1 rank (own top-k)" : "nccl, 1 rank");
+                 msa::detail::concat("nccl, 1 rank", from_topk ? " (own top-k)" : "", reduce ? " reduce" : ""));
 
     // A plan for another group than the communicator's is refused before any transfer.
     cp::LayerPlan wrong = k.plan;
@@ -826,7 +882,7 @@ TEST(CudaCp, NcclMultiGpuEqualsSingleGpu) {
   for (const int run : {0, 3}) {
     const std::uint64_t seed = msa::test::seed_for(5300 + run);
     SCOPED_TRACE(::testing::Message() << R << " GPUs, run " << run << ", seed " << seed
-                                      << (run == 0 ? ", from the scores" : ", from the own top-k"));
+                                      << (run == 0 ? ", from the scores, gather" : ", from the own top-k, reduce"));
     const Sharding sh{R, run};
     MSA_CUDA_CHECK(cudaSetDevice(0));
     Workload w = layer_workload(msa::DType::bf16, seed);
@@ -853,7 +909,8 @@ TEST(CudaCp, NcclMultiGpuEqualsSingleGpu) {
       try {  // everything that may fail before the first collective
         MSA_CUDA_CHECK(cudaSetDevice(r));
         MSA_CUDA_CHECK(cudaStreamCreate(&stream));
-        k = std::make_unique<Rank>(w, shards[r], cp::Group{comms[r], r, sh}, stream);
+        k = std::make_unique<Rank>(w, shards[r], cp::Group{comms[r], r, sh}, stream,
+                                   run == 0 ? cp::PartialMerge::gather : cp::PartialMerge::reduce);
         MSA_CUDA_CHECK(cudaStreamSynchronize(stream));
       } catch (const std::exception& e) {
         errors[r] = e.what();

@@ -21,12 +21,12 @@ std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
 // Byte offsets of the buffers inside a rank's workspace.
 struct Layout {
   std::size_t attention = 0, attention_bytes = 0;
-  std::size_t candidates = 0, topk = 0, owned = 0, partial_out = 0, partial_lse = 0;
+  std::size_t candidates = 0, topk = 0, owned = 0, partial_out = 0, partial_lse = 0, weighted = 0;
   std::size_t bytes = 0;
 };
 
 Layout layout_of(const BatchMetadata& meta, const SelectShape& select, const AttentionArgs& args,
-                 std::int32_t num_ranks, const AttentionTuning& tuning) {
+                 std::int32_t num_ranks, const AttentionTuning& tuning, PartialMerge merge) {
   const auto T = std::size_t(meta.num_tokens), H = std::size_t(select.num_kv_heads);
   const auto K = std::size_t(select.topk), Hq = std::size_t(args.num_q_heads);
   const auto R = std::size_t(num_ranks);
@@ -39,16 +39,21 @@ Layout layout_of(const BatchMetadata& meta, const SelectShape& select, const Att
   at += round_up(T * H * K * sizeof(std::int32_t));
   l.owned = at;
   at += round_up(T * H * K * sizeof(std::int32_t));
+  const bool reduce = merge == PartialMerge::reduce;
   l.partial_out = at;
-  at += round_up(R * T * Hq * kHeadDim * dtype_bytes(args.out_dtype));
+  at += round_up((reduce ? 1 : R) * T * Hq * kHeadDim * dtype_bytes(args.out_dtype));
   l.partial_lse = at;
   at += round_up(R * T * Hq * sizeof(float));
+  l.weighted = at;
+  if (reduce) at += round_up(T * Hq * kHeadDim * sizeof(float));
   l.bytes = at;
   return l;
 }
 
 void check_shapes(const char* fn, const SelectShape& select, const AttentionArgs& args,
-                  std::int32_t num_ranks) {
+                  std::int32_t num_ranks, PartialMerge merge) {
+  MSA_CHECK(merge == PartialMerge::gather || merge == PartialMerge::reduce, fn, ": merge = ", int(merge),
+            " is neither gather (0) nor reduce (1)");
   MSA_CHECK(args.cache.num_kv_heads == select.num_kv_heads, fn, ": args.cache.num_kv_heads = ",
             args.cache.num_kv_heads, " but select.num_kv_heads = ", select.num_kv_heads);
   MSA_CHECK(args.topk.topk == select.topk, fn, ": args.topk.topk = ", args.topk.topk, " but select.topk = ",
@@ -80,26 +85,27 @@ std::size_t LayerPlan::candidate_bytes() const {
   return std::size_t(candidate_count()) * sizeof(Candidate);
 }
 std::size_t LayerPlan::partial_bytes() const {
-  return std::size_t(partial_rows()) * (kHeadDim * dtype_bytes(out_dtype) + sizeof(float));
+  const std::size_t row = merge == PartialMerge::reduce ? kHeadDim * sizeof(float) : kHeadDim * dtype_bytes(out_dtype);
+  return std::size_t(partial_rows()) * (row + sizeof(float));
 }
 
 std::size_t layer_workspace_bytes(const BatchMetadata& meta, const SelectShape& select, const AttentionArgs& args,
-                                  std::int32_t num_ranks, const AttentionTuning& tuning) {
+                                  std::int32_t num_ranks, const AttentionTuning& tuning, PartialMerge merge) {
   const char* fn = "cp::layer_workspace_bytes";
   detail::check_sharding(fn, Sharding{num_ranks, 0}, 0);
-  check_shapes(fn, select, args, num_ranks);
-  return layout_of(meta, select, args, num_ranks, tuning).bytes;
+  check_shapes(fn, select, args, num_ranks, merge);
+  return layout_of(meta, select, args, num_ranks, tuning, merge).bytes;
 }
 
 LayerPlan plan_layer(const Group& group, const BatchMetadata& meta, const SelectShape& select,
                      const AttentionArgs& args, const Workspace& workspace, Stream stream,
-                     const AttentionTuning& tuning) {
+                     const AttentionTuning& tuning, PartialMerge merge) {
   const char* fn = "cp::plan_layer";
   detail::check_sharding(fn, group.sharding, group.rank);
-  check_shapes(fn, select, args, group.sharding.num_ranks);
+  check_shapes(fn, select, args, group.sharding.num_ranks, merge);
   const StepView view = meta.view();
   detail::check_select(fn, view, select);
-  const Layout l = layout_of(meta, select, args, group.sharding.num_ranks, tuning);
+  const Layout l = layout_of(meta, select, args, group.sharding.num_ranks, tuning, merge);
   MSA_CHECK(workspace.bytes >= l.bytes, fn, ": workspace.bytes = ", workspace.bytes, " but ",
             group.sharding.num_ranks, " ranks x ", meta.num_tokens, " tokens need ", l.bytes);
   MSA_CHECK(workspace.data != nullptr, fn, ": workspace.data is null");
@@ -116,8 +122,10 @@ LayerPlan plan_layer(const Group& group, const BatchMetadata& meta, const Select
   p.candidates = reinterpret_cast<Candidate*>(base + l.candidates);
   p.topk = reinterpret_cast<std::int32_t*>(base + l.topk);
   p.owned = reinterpret_cast<std::int32_t*>(base + l.owned);
+  p.merge = merge;
   p.partial_out = base + l.partial_out;
   p.partial_lse = reinterpret_cast<float*>(base + l.partial_lse);
+  if (merge == PartialMerge::reduce) p.weighted = reinterpret_cast<float*>(base + l.weighted);
   return p;
 }
 
@@ -151,13 +159,24 @@ void attend_owned(const LayerPlan& plan, const StepView& step, const AttentionAr
   const std::int64_t rows = plan.partial_rows();
   AttentionArgs a = args;
   a.topk = topk_view(plan.owned, plan.select);
-  a.out = static_cast<std::uint8_t*>(plan.partial_out) +
-          std::size_t(plan.group.rank) * std::size_t(rows) * kHeadDim * dtype_bytes(plan.out_dtype);
+  const std::size_t slice = plan.merge == PartialMerge::reduce ? 0 : std::size_t(plan.group.rank);
+  a.out = static_cast<std::uint8_t*>(plan.partial_out) + slice * std::size_t(rows) * kHeadDim * dtype_bytes(plan.out_dtype);
   a.lse = plan.partial_lse + plan.group.rank * rows;
   attend(plan.attention, step, a, stream, check);
 }
 
+void weigh_own(const LayerPlan& plan, Stream stream) {
+  MSA_CHECK(plan.merge == PartialMerge::reduce, "cp::weigh_own: the plan merges by gather, not reduce");
+  weigh_partial(plan.partial_out, plan.out_dtype, plan.partial_lse, plan.group.sharding.num_ranks,
+                plan.group.rank, plan.partial_rows(), plan.weighted, stream);
+}
+
 void combine(const LayerPlan& plan, void* out, float* lse, Stream stream) {
+  if (plan.merge == PartialMerge::reduce) {
+    finish_weighted(plan.weighted, plan.partial_lse, plan.group.sharding.num_ranks, plan.partial_rows(), out,
+                    plan.out_dtype, lse, stream);
+    return;
+  }
   merge_partials(plan.partial_out, plan.partial_lse, plan.out_dtype, plan.group.sharding.num_ranks,
                  plan.partial_rows(), out, plan.out_dtype, lse, stream);
 }

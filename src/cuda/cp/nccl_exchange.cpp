@@ -68,6 +68,19 @@ void exchange_candidates(const LayerPlan& plan, Stream stream) {
 }
 
 void exchange_partials(const LayerPlan& plan, Stream stream) {
+  if (plan.merge == PartialMerge::reduce) {
+    // One rank without a communicator: its weighted rows are already the sum.
+    const bool exchange = exchange_needed("cp::exchange_partials", plan);
+    if (exchange) all_gather_in_place(plan.partial_lse, std::size_t(plan.partial_rows()) * sizeof(float), plan.group, stream);
+    weigh_own(plan, stream);
+    if (!exchange) return;
+    auto* comm = static_cast<ncclComm_t>(plan.group.comm);
+    const std::size_t count = std::size_t(plan.partial_rows()) * kHeadDim;
+    MSA_NCCL_CHECK(ncclAllReduce(plan.weighted, plan.weighted, count, ncclFloat32, ncclSum, comm,
+                                 static_cast<cudaStream_t>(stream)),
+                   comm);
+    return;
+  }
   if (!exchange_needed("cp::exchange_partials", plan)) return;
   const std::size_t rows = std::size_t(plan.partial_rows());
   auto* comm = static_cast<ncclComm_t>(plan.group.comm);
@@ -92,10 +105,11 @@ void exchange_candidates(const LayerPlan& plan, Stream) {
             "communicator can run (sharding.num_ranks = ", plan.group.sharding.num_ranks, ")");
 }
 
-void exchange_partials(const LayerPlan& plan, Stream) {
+void exchange_partials(const LayerPlan& plan, Stream stream) {
   MSA_CHECK(plan.group.sharding.num_ranks == 1 && plan.group.comm == nullptr,
             "cp::exchange_partials: this build has no NCCL, so only one rank without a "
             "communicator can run (sharding.num_ranks = ", plan.group.sharding.num_ranks, ")");
+  if (plan.merge == PartialMerge::reduce) weigh_own(plan, stream);
 }
 
 #endif  // MSA_HAVE_NCCL

@@ -3,7 +3,9 @@
 // sum_s exp(lse_s - M), M = max_r lse_r, lse = M + log(sum_s exp(lse_s - M)).
 // A rank whose weight is 0 (lse -inf, or far below the others) is skipped, so
 // whatever its output holds never reaches the result. One warp per row, four
-// dims per lane.
+// dims per lane. (e) and (f) are the same merge cut around a sum over ranks
+// (an all-reduce): (e) one rank's term w_r out_r in fp32, (f) the sum in the
+// output dtype and the lse.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -68,20 +70,32 @@ __device__ __forceinline__ void store4(void* base, Kind kind, std::int64_t i, fl
   *reinterpret_cast<uint2*>(static_cast<std::uint16_t*>(base) + i) = w;
 }
 
+// The weights of one row: M = max_r lse_r and inv = 1 / sum_r exp(lse_r - M);
+// rank r's weight is exp(lse_r - M) * inv. M is -inf when every rank's is.
+struct RowWeights {
+  float mx = -INFINITY, total = 0.0f, inv = 0.0f;
+
+  __device__ __forceinline__ RowWeights(const float* lse, std::int32_t num_ranks, std::int64_t rows,
+                                        std::int64_t row) {
+    for (std::int32_t r = 0; r < num_ranks; ++r) mx = fmaxf(mx, lse[r * rows + row]);
+    if (mx == -INFINITY) return;
+    for (std::int32_t r = 0; r < num_ranks; ++r) total += expf(lse[r * rows + row] - mx);
+    inv = 1.0f / total;
+  }
+  __device__ __forceinline__ bool any() const { return mx != -INFINITY; }
+  __device__ __forceinline__ float weight(float lse_r) const { return expf(lse_r - mx) * inv; }
+  __device__ __forceinline__ float lse() const { return any() ? mx + logf(total) : -INFINITY; }
+};
+
 __global__ void __launch_bounds__(kWarps * 32) partials_kernel(const PartialParams p) {
   const int lane = threadIdx.x & 31;
   const std::int64_t row = std::int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (row >= p.rows) return;
-  float mx = -INFINITY;
-  for (std::int32_t r = 0; r < p.num_ranks; ++r) mx = fmaxf(mx, p.in_lse[r * p.rows + row]);
+  const RowWeights rw(p.in_lse, p.num_ranks, p.rows, row);
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  float lse = -INFINITY;
-  if (mx != -INFINITY) {
-    float total = 0.0f;
-    for (std::int32_t r = 0; r < p.num_ranks; ++r) total += expf(p.in_lse[r * p.rows + row] - mx);
-    const float inv = 1.0f / total;
+  if (rw.any()) {
     for (std::int32_t r = 0; r < p.num_ranks; ++r) {
-      const float w = expf(p.in_lse[r * p.rows + row] - mx) * inv;
+      const float w = rw.weight(p.in_lse[r * p.rows + row]);
       if (w == 0.0f) continue;
       const float4 o = load4(p.in, p.in_kind, (r * p.rows + row) * kHeadDim + 4 * lane);
       acc.x += w * o.x;
@@ -89,21 +103,58 @@ __global__ void __launch_bounds__(kWarps * 32) partials_kernel(const PartialPara
       acc.z += w * o.z;
       acc.w += w * o.w;
     }
-    lse = mx + logf(total);
   }
   store4(p.out, p.out_kind, row * kHeadDim + 4 * lane, acc);
-  if (lane == 0 && p.lse != nullptr) p.lse[row] = lse;
+  if (lane == 0 && p.lse != nullptr) p.lse[row] = rw.lse();
 }
 
-Kind kind_of(DType t, const char* what) {
+struct WeighParams {
+  const void* in = nullptr;       // [rows, 128] in_kind: this rank's rows
+  const float* in_lse = nullptr;  // [num_ranks, rows]
+  float* out = nullptr;           // [rows, 128]
+  Kind in_kind = Kind::f32;
+  std::int32_t num_ranks = 0;
+  std::int32_t rank = 0;
+  std::int64_t rows = 0;
+};
+
+// (e): one warp per row, four dims per lane; the rank's term of (d)'s sum.
+__global__ void __launch_bounds__(kWarps * 32) weigh_kernel(const WeighParams p) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t row = std::int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= p.rows) return;
+  const RowWeights rw(p.in_lse, p.num_ranks, p.rows, row);
+  const float w = rw.any() ? rw.weight(p.in_lse[p.rank * p.rows + row]) : 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (w != 0.0f) {
+    const float4 o = load4(p.in, p.in_kind, row * kHeadDim + 4 * lane);
+    acc = make_float4(w * o.x, w * o.y, w * o.z, w * o.w);
+  }
+  store4(p.out, Kind::f32, row * kHeadDim + 4 * lane, acc);
+}
+
+// (f): one warp per row; the summed rows in the output dtype and the lse.
+__global__ void __launch_bounds__(kWarps * 32) finish_kernel(const PartialParams p) {
+  const int lane = threadIdx.x & 31;
+  const std::int64_t row = std::int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= p.rows) return;
+  const RowWeights rw(p.in_lse, p.num_ranks, p.rows, row);
+  const float4 v = rw.any() ? load4(p.in, Kind::f32, row * kHeadDim + 4 * lane) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  store4(p.out, p.out_kind, row * kHeadDim + 4 * lane, v);
+  if (lane == 0 && p.lse != nullptr) p.lse[row] = rw.lse();
+}
+
+Kind kind_of(const char* fn, DType t, const char* what) {
   switch (t) {
     case DType::f32: return Kind::f32;
     case DType::bf16: return Kind::bf16;
     case DType::fp16: return Kind::fp16;
     default: break;
   }
-  fail("cp::merge_partials: ", what, " = ", dtype_name(t), " but only f32, bf16 and fp16 are supported");
+  fail(fn, ": ", what, " = ", dtype_name(t), " but only f32, bf16 and fp16 are supported");
 }
+
+unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>((rows + kWarps - 1) / kWarps); }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
@@ -114,8 +165,8 @@ void merge_partials(const void* partial_out, const float* partial_lse, DType dty
                     float* lse, Stream stream) {
   const char* fn = "cp::merge_partials";
   PartialParams p;
-  p.in_kind = kind_of(dtype, "dtype");
-  p.out_kind = kind_of(out_dtype, "out_dtype");
+  p.in_kind = kind_of(fn, dtype, "dtype");
+  p.out_kind = kind_of(fn, out_dtype, "out_dtype");
   MSA_CHECK(num_ranks >= 1, fn, ": num_ranks = ", num_ranks, " must be >= 1");
   MSA_CHECK(rows >= 0, fn, ": rows = ", rows, " is negative");
   if (rows == 0) return;
@@ -129,8 +180,51 @@ void merge_partials(const void* partial_out, const float* partial_lse, DType dty
   p.lse = lse;
   p.num_ranks = num_ranks;
   p.rows = rows;
-  const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
-  partials_kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  partials_kernel<<<row_blocks(rows), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+void weigh_partial(const void* own_out, DType dtype, const float* partial_lse, std::int32_t num_ranks,
+                   std::int32_t rank, std::int64_t rows, float* weighted, Stream stream) {
+  const char* fn = "cp::weigh_partial";
+  WeighParams p;
+  p.in_kind = kind_of(fn, dtype, "dtype");
+  MSA_CHECK(num_ranks >= 1, fn, ": num_ranks = ", num_ranks, " must be >= 1");
+  MSA_CHECK(rank >= 0 && rank < num_ranks, fn, ": rank = ", rank, " is not in [0, ", num_ranks, ")");
+  MSA_CHECK(rows >= 0, fn, ": rows = ", rows, " is negative");
+  if (rows == 0) return;
+  MSA_CHECK(own_out != nullptr && partial_lse != nullptr && weighted != nullptr, fn,
+            ": own_out / partial_lse / weighted is null");
+  MSA_CHECK(aligned16(own_out) && aligned16(weighted), fn, ": own_out and weighted must be 16-byte aligned");
+  p.in = own_out;
+  p.in_lse = partial_lse;
+  p.out = weighted;
+  p.num_ranks = num_ranks;
+  p.rank = rank;
+  p.rows = rows;
+  weigh_kernel<<<row_blocks(rows), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+void finish_weighted(const float* summed, const float* partial_lse, std::int32_t num_ranks,
+                     std::int64_t rows, void* out, DType out_dtype, float* lse, Stream stream) {
+  const char* fn = "cp::finish_weighted";
+  PartialParams p;
+  p.in_kind = Kind::f32;
+  p.out_kind = kind_of(fn, out_dtype, "out_dtype");
+  MSA_CHECK(num_ranks >= 1, fn, ": num_ranks = ", num_ranks, " must be >= 1");
+  MSA_CHECK(rows >= 0, fn, ": rows = ", rows, " is negative");
+  if (rows == 0) return;
+  MSA_CHECK(summed != nullptr && partial_lse != nullptr && out != nullptr, fn,
+            ": summed / partial_lse / out is null");
+  MSA_CHECK(aligned16(summed) && aligned16(out), fn, ": summed and out must be 16-byte aligned");
+  p.in = summed;
+  p.in_lse = partial_lse;
+  p.out = out;
+  p.lse = lse;
+  p.num_ranks = num_ranks;
+  p.rows = rows;
+  finish_kernel<<<row_blocks(rows), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
   MSA_CUDA_CHECK_LAUNCH();
 }
 

@@ -66,7 +66,8 @@ std::string sharding_name(const cp::Sharding& s) {
   return "runs of " + std::to_string(s.run_blocks) + " blocks";
 }
 
-CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, bool from_scores, cuda::Stream stream)
+CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, bool from_scores,
+               ccp::PartialMerge merge, cuda::Stream stream)
     : c_(c), from_scores_(from_scores) {
   const int H = c.num_kv_heads, QH = c.num_q_heads, K = c.topk;
   BatchSpec spec;
@@ -144,9 +145,9 @@ CpRank::CpRank(const BenchCase& c, const ccp::Group& group, std::uint64_t seed, 
   AttentionArgs problem = attention_args_;
   problem.topk.topk = K;
   const ccp::SelectShape select{H, K, model.init_blocks, model.local_blocks, max_blocks_};
-  const std::size_t ws = ccp::layer_workspace_bytes(meta_, select, problem, sh.num_ranks);
+  const std::size_t ws = ccp::layer_workspace_bytes(meta_, select, problem, sh.num_ranks, {}, merge);
   layer_ws_ = DeviceBuffer(ws);
-  plan_ = ccp::plan_layer(group, meta_, select, problem, {layer_ws_.get(), ws}, stream);
+  plan_ = ccp::plan_layer(group, meta_, select, problem, {layer_ws_.get(), ws}, stream, {}, merge);
   sync_stream(stream);
 }
 

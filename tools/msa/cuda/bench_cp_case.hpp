@@ -51,9 +51,10 @@ std::string sharding_name(const cp::Sharding& s);
 class CpRank {
  public:
   // from_scores: propose by a selection over the block scores (cp::local_candidates)
-  // instead of from the indexer's own top-k (cp::topk_candidates).
+  // instead of from the indexer's own top-k (cp::topk_candidates); merge: how
+  // the partial results become the output.
   CpRank(const BenchCase& c, const cuda::cp::Group& group, std::uint64_t seed, bool from_scores,
-         cuda::Stream stream);
+         cuda::cp::PartialMerge merge, cuda::Stream stream);
 
   // cuda::index on the owned blocks, then the layer (propose, exchange, merge,
   // owned attention, exchange, combine): the context-parallel step.

@@ -46,6 +46,7 @@ struct CpOptions {
   std::vector<int> ranks;   // empty: 1, 2, 4, ... up to gpus, and gpus
   std::string run_blocks = "0";
   std::string propose = "topk";
+  std::string merge = "gather";
   int iters = 50;
   int warmup = 5;
   double budget_ms = 250.0;
@@ -245,6 +246,7 @@ int run_bench_cp(const CpOptions& o) {
   s.graph = !o.no_graph;
   s.run_blocks = parse_run_blocks(o.run_blocks);
   s.propose_from_scores = o.propose == "scores";
+  s.merge = o.merge == "reduce" ? cuda::cp::PartialMerge::reduce : cuda::cp::PartialMerge::gather;
   for (const int k : o.ranks) {
     if (k > gpus) {
       std::fprintf(stderr, "msa bench-cp: --ranks %d but %d GPU%s in use (%s)\n", k, gpus, gpus == 1 ? " is" : "s are",
@@ -272,10 +274,12 @@ int run_bench_cp(const CpOptions& o) {
   std::printf("ceilings on GPU 0: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s (msa bench's, median of %d)\n",
               ceil.copy_gbps, ceil.gemm_tflops, o.ceiling_replays);
   std::printf("ranks N = %s (GPU r is rank r, one host thread each, NCCL with NVLS off); sharding: %s; "
-              "candidates: %s\n",
+              "candidates: %s; partials: %s\n",
               counts_words.c_str(), sharding_rule(s.run_blocks).c_str(),
               s.propose_from_scores ? "a selection over each rank's block scores"
-                                    : "each rank's own indexer top-k");
+                                    : "each rank's own indexer top-k",
+              o.merge == "reduce" ? "lse all-gather, weighted fp32 all-reduce"
+                                  : "all-gather of outputs and lse");
   std::printf("timed: the layer step (cuda::index on the owned blocks + cp::run_layer) as a CUDA graph per rank, "
               "CUDA events on every rank, a replay's time = the slowest rank's, median of up to %d replays after %d "
               "warm-up; index / attend halves timed likewise\n",
@@ -339,7 +343,7 @@ int run_bench_cp(const CpOptions& o) {
         {"nccl", {{"version", nccl_version()}, {"nvls", "off (NCCL_NVLS_ENABLE=0)"}}},
         {"ceilings", {{"gpu", 0}, {"copy_gbps", ceil.copy_gbps}, {"gemm_tflops", ceil.gemm_tflops},
                       {"replays", o.ceiling_replays}}},
-        {"settings", {{"ranks", counts}, {"sharding", sharding_rule(s.run_blocks)}, {"propose", o.propose}, {"iters", o.iters},
+        {"settings", {{"ranks", counts}, {"sharding", sharding_rule(s.run_blocks)}, {"propose", o.propose}, {"merge", o.merge}, {"iters", o.iters},
                       {"warmup", o.warmup}, {"budget_ms", o.budget_ms}, {"seed", o.seed}, {"graph", s.graph},
                       {"quick", o.quick}, {"filters", o.filters},
                       {"timing", "per replay the slowest rank's CUDA-event time; median over replays"}}},
@@ -378,6 +382,11 @@ Command register_bench_cp(CLI::App& app) {
                   "over its block scores")
       ->capture_default_str()
       ->check(CLI::IsMember({"topk", "scores"}));
+  sub->add_option("--merge", o->merge,
+                  "how the ranks' partial results merge: gather = all-gather of outputs and lse, reduce = "
+                  "all-gather of the lse and an fp32 all-reduce of the weighted outputs")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"gather", "reduce"}));
   sub->add_flag("--no-graph", o->no_graph, "replay direct calls instead of CUDA graphs");
   sub->add_option("--iters", o->iters, "most timed replays per pass")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--budget-ms", o->budget_ms, "fewer replays (at least 10) when a pass would take longer than this")

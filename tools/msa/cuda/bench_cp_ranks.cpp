@@ -226,7 +226,7 @@ void rank_main(Shared& sh, int r) {
     MSA_CUDA_CHECK(cudaSetDevice(r));
     MSA_CUDA_CHECK(cudaStreamCreate(&stream));  // blocking: ordered with the setup's synchronous copies
     rank = std::make_unique<CpRank>(sh.c, cuda::cp::Group{sh.comms.comm(r), r, sh.sharding}, sh.s.seed,
-                                    sh.s.propose_from_scores, stream);
+                                    sh.s.propose_from_scores, sh.s.merge, stream);
     sh.index_bytes[sr] = rank->index_bytes();
     sh.device_bytes[sr] = rank->device_bytes();
     if (r == 0) {

@@ -52,6 +52,7 @@ struct CpSettings {
   bool graph = true;         // replay CUDA graphs (else direct calls)
   int run_blocks = 0;        // 0 round-robin; > 0 runs of that many blocks; < 0 even runs
   bool propose_from_scores = false;  // propose by a selection over the scores, not from the indexer's top-k
+  cuda::cp::PartialMerge merge = cuda::cp::PartialMerge::gather;  // how the partial results are merged
 };
 
 // The step and its two halves; each the median over replays of the largest
