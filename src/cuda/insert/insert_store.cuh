@@ -32,10 +32,10 @@ __device__ __forceinline__ void store_kv_row(const KVCacheView& cache, std::int6
   constexpr int kGroups = 16 / Lanes;
   if constexpr (Dst == kDstNvfp4) {
     auto* slot = static_cast<std::uint8_t*>(cache.k) + nvfp4::slot_offset(cache, page, head, is_v);
-    const float global_scale = is_v ? cache.v_scale : cache.k_scale;
+    const FloatDivisor global(is_v ? cache.v_scale : cache.k_scale);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g)
-      store_nvfp4_8(x + 8 * g, global_scale, c + Lanes * g, mask, slot + nvfp4::data_offset(token, 0),
+      store_nvfp4_8(x + 8 * g, global, c + Lanes * g, mask, slot + nvfp4::data_offset(token, 0),
                     slot + nvfp4::scale_offset(token, 0));
   } else {
     float scale = 1.0f;
@@ -54,9 +54,15 @@ __device__ __forceinline__ void store_kv_row(const KVCacheView& cache, std::int6
       }
     }
     void* base = is_v ? cache.v : cache.k;
+    if constexpr (Dst == kDstE4m3 || Dst == kDstE5m2) {
+      const FloatDivisor divisor(scale);
 #pragma unroll
-    for (int g = 0; g < kGroups; ++g)
-      store8<Dst>(base, cache.offset(page, head, token, 8 * (c + Lanes * g)), x + 8 * g, scale);
+      for (int g = 0; g < kGroups; ++g)
+        store8<Dst>(base, cache.offset(page, head, token, 8 * (c + Lanes * g)), x + 8 * g, divisor);
+    } else {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) store8<Dst>(base, cache.offset(page, head, token, 8 * (c + Lanes * g)), x + 8 * g);
+    }
   }
 }
 
@@ -80,13 +86,14 @@ __device__ __forceinline__ void store_index_row(const IndexCacheView& cache, std
   constexpr int kGroups = 16 / Lanes;
   if constexpr (Dst == kDstNvfp4) {
     std::uint8_t* row = static_cast<std::uint8_t*>(cache.base) + index_nvfp4::row_offset(cache, page, token);
+    const FloatDivisor global(cache.global_scale);
 #pragma unroll
     for (int g = 0; g < kGroups; ++g)
-      store_nvfp4_8(x + 8 * g, cache.global_scale, c + Lanes * g, mask, row, row + index_nvfp4::kDataBytes);
+      store_nvfp4_8(x + 8 * g, global, c + Lanes * g, mask, row, row + index_nvfp4::kDataBytes);
   } else {
 #pragma unroll
     for (int g = 0; g < kGroups; ++g)
-      store8<Dst>(cache.base, cache.offset(page, token, 8 * (c + Lanes * g)), x + 8 * g, 1.0f);
+      store8<Dst>(cache.base, cache.offset(page, token, 8 * (c + Lanes * g)), x + 8 * g);
   }
 }
 

@@ -4,6 +4,8 @@
 // otherwise; the nvfp4 quantizer of 8 elements. Conversions give the codes of
 // msa/numeric.hpp bit for bit: the hardware's paired round-to-nearest-even
 // conversions agree with them on every input but NaN, whose code is fixed here.
+// Quotients by a scale are the CPU's x / scale bit for bit, through the
+// scale's reciprocal (FloatDivisor) rather than a division per element.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "cuda/common/float_divisor.hpp"
 #include "msa/dtype.hpp"
 #include "msa/error.hpp"
 #include "msa/numeric.hpp"
@@ -115,10 +118,26 @@ __device__ __forceinline__ std::uint32_t fp8x2_codes(float a, float b) {
   return w;
 }
 
-// Stores x[0..8) at element offset `off` of a bf16/fp16/fp8 cache base (fp8:
-// x / scale).
+// Stores f(x[0..8)) at element offset `off` of an fp8 cache base.
+template <int Dst, class F>
+__device__ __forceinline__ void store8_fp8(void* base, std::int64_t off, const float* x, const F& f) {
+  std::uint8_t* dst = static_cast<std::uint8_t*>(base) + off;
+  std::uint32_t w[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e)
+    w[e] = fp8x2_codes<Dst>(f(x[4 * e]), f(x[4 * e + 1])) | (fp8x2_codes<Dst>(f(x[4 * e + 2]), f(x[4 * e + 3])) << 16);
+  if (aligned(dst, 8)) {
+    *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) dst[e] = static_cast<std::uint8_t>(w[e >> 2] >> (8 * (e & 3)));
+  }
+}
+
+// Stores x[0..8) at element offset `off` of a bf16/fp16/fp8 cache base, as
+// they are (fp8: the plain saturating cast).
 template <int Dst>
-__device__ __forceinline__ void store8(void* base, std::int64_t off, const float* x, float scale) {
+__device__ __forceinline__ void store8(void* base, std::int64_t off, const float* x) {
   if constexpr (Dst == kDstBf16 || Dst == kDstFp16) {
     std::uint16_t* dst = static_cast<std::uint16_t*>(base) + off;
     std::uint32_t w[4];
@@ -132,19 +151,23 @@ __device__ __forceinline__ void store8(void* base, std::int64_t off, const float
         dst[e] = static_cast<std::uint16_t>(w[e >> 1] >> (16 * (e & 1)));
     }
   } else {
-    std::uint8_t* dst = static_cast<std::uint8_t*>(base) + off;
-    std::uint32_t w[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e)
-      w[e] = fp8x2_codes<Dst>(x[4 * e] / scale, x[4 * e + 1] / scale) |
-             (fp8x2_codes<Dst>(x[4 * e + 2] / scale, x[4 * e + 3] / scale) << 16);
-    if (aligned(dst, 8)) {
-      *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) dst[e] = static_cast<std::uint8_t>(w[e >> 2] >> (8 * (e & 3)));
-    }
+    store8_fp8<Dst>(base, off, x, [](float v) { return v; });
   }
+}
+
+// The fp8 codes of x / scale (the fp8 caches' and queries' scales): the range
+// of |x| checked once, then the reciprocal or the division for all eight.
+template <int Dst>
+__device__ __forceinline__ void store8(void* base, std::int64_t off, const float* x, const FloatDivisor& scale) {
+  static_assert(Dst == kDstE4m3 || Dst == kDstE5m2, "only fp8 stores are scaled");
+  float amin = INFINITY, amax = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    amin = fminf(amin, fabsf(x[e]));
+    amax = fmaxf(amax, fabsf(x[e]));
+  }
+  if (scale.covers(amin, amax)) store8_fp8<Dst>(base, off, x, [&](float v) { return scale.quotient(v); });
+  else store8_fp8<Dst>(base, off, x, [&](float v) { return v / scale.divisor(); });
 }
 
 // Stores 4 bytes (little-endian) at p.
@@ -165,23 +188,34 @@ __device__ __forceinline__ float e4m3_value(std::uint8_t code) {
 // Quantizes 8 elements (8c .. 8c+7 of one row) to nvfp4 (contract 4.3), as
 // cpu::insert_* does: lanes c and c ^ 1 hold one 16-element group, so its amax
 // is one shuffle; this lane writes its 4 data bytes and, from even c, the
-// group's scale byte (its value decoded once for the group's elements).
-// `mask` names the lanes that execute this call (it must include both lanes
-// of the pair).
+// group's scale byte (its value decoded once for the group's elements). The
+// codes are of x / global / group scale, two correctly rounded quotients as
+// num::nvfp4_encode_value's. `mask` names the lanes that execute this call
+// (it must include both lanes of the pair).
 //   data: [64] data bytes of the row, scales: [8] scale bytes of the row
-__device__ __forceinline__ void store_nvfp4_8(const float* x, float global_scale, int c, unsigned mask,
+__device__ __forceinline__ void store_nvfp4_8(const float* x, const FloatDivisor& global, int c, unsigned mask,
                                               std::uint8_t* data, std::uint8_t* scales) {
-  float amax = 0.0f;
+  float amin = INFINITY, amax = 0.0f;  // of this lane's |x|
 #pragma unroll
-  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(x[e]));
-  amax = fmaxf(amax, __shfl_xor_sync(mask, amax, 1));  // the other half of the group
-  const std::uint8_t sf = num::nvfp4_group_scale(amax, global_scale);
-  const float sf_value = e4m3_value(sf);
+  for (int e = 0; e < 8; ++e) {
+    amin = fminf(amin, fabsf(x[e]));
+    amax = fmaxf(amax, fabsf(x[e]));
+  }
+  const float group_amax = fmaxf(amax, __shfl_xor_sync(mask, amax, 1));  // the other half of the group
+  const std::uint8_t sf = num::nvfp4_group_scale(group_amax, global.divisor());
+  // t = x / global, then t / sf: the second range from the first's quotients
+  // of amin and amax (division is monotonic), when the first is covered.
+  float t[8];
+  global.divide<8>(x, t, amin, amax);
+  const FloatDivisor by_sf(e4m3_value(sf));
+  const bool covered = global.covers(amin, amax);
+  const float tmin = covered ? global.quotient(amin) : 0.0f, tmax = covered ? global.quotient(amax) : 0.0f;
+  by_sf.divide<8>(t, t, tmin, tmax);
   std::uint32_t bytes = 0;
 #pragma unroll
   for (int e = 0; e < 8; e += 2) {
-    const std::uint32_t lo = num::nvfp4_encode_value(x[e], sf_value, global_scale);
-    const std::uint32_t hi = num::nvfp4_encode_value(x[e + 1], sf_value, global_scale);
+    const std::uint32_t lo = num::float_to_e2m1(t[e]);
+    const std::uint32_t hi = num::float_to_e2m1(t[e + 1]);
     bytes |= (lo | (hi << 4)) << (4 * e);
   }
   store_bytes4(data + 4 * c, bytes);

@@ -38,6 +38,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.hpp"
 #include "cuda/common/device_check.cuh"
+#include "cuda/common/float_divisor.hpp"
 #include "cuda/common/ptx.cuh"
 #include "cuda/insert/insert_store.cuh"
 #include "cuda/insert/insert_util.cuh"
@@ -370,10 +371,10 @@ __device__ __forceinline__ void unpack_pairs(const std::uint32_t* bits, float* x
 
 // This lane's 16 values of a q or index q row (at element offset `off`): the
 // qkv-dtype codes as they are, the other 16-bit dtype rounded from u, or e4m3
-// of u / scale.   bits: [8]
+// of u / scale (scaled) or of u (the index q's plain cast).   bits: [8]
 template <int Src, bool Vec>
 __device__ __forceinline__ void store_output(void* base, int tag, std::int64_t off, const std::uint32_t* bits,
-                                             float scale) {
+                                             bool scaled, float scale) {
   constexpr int kSame = Src == insert_detail::kSrcBf16 ? kDstBf16 : kDstFp16;
   constexpr int kOther = Src == insert_detail::kSrcBf16 ? kDstFp16 : kDstBf16;
   std::uint16_t* row = static_cast<std::uint16_t*>(base) + off;
@@ -385,8 +386,14 @@ __device__ __forceinline__ void store_output(void* base, int tag, std::int64_t o
   float u[kValues];
   unpack_pairs<Src, kValues / 2>(bits, u);
   if (tag == kDstE4m3) {
-    insert_detail::store8<kDstE4m3>(base, off, u, scale);
-    insert_detail::store8<kDstE4m3>(base, off + 64, u + 8, scale);
+    if (scaled) {
+      const FloatDivisor divisor(scale);
+      insert_detail::store8<kDstE4m3>(base, off, u, divisor);
+      insert_detail::store8<kDstE4m3>(base, off + 64, u + 8, divisor);
+    } else {
+      insert_detail::store8<kDstE4m3>(base, off, u);
+      insert_detail::store8<kDstE4m3>(base, off + 64, u + 8);
+    }
   } else {
     std::uint32_t w[kValues / 2];
 #pragma unroll
@@ -435,8 +442,7 @@ __device__ __forceinline__ void process_item(const PreAttentionParams& p, const 
     const bool q = it.kind == HeadKind::q;
     const std::int64_t off = q ? (it.token * p.nq + it.head) * kHeadDim
                                : (it.token * p.niq + (it.head - p.nq - 2 * p.nkv)) * kHeadDim;
-    store_output<Src, Vec>(q ? p.q : p.index_q, q ? p.q_tag : p.index_q_tag, off + 8 * c, bits,
-                           q ? p.q_scale : 1.0f);
+    store_output<Src, Vec>(q ? p.q : p.index_q, q ? p.q_tag : p.index_q_tag, off + 8 * c, bits, q, p.q_scale);
     return;
   }
   if (it.slot < 0) return;
