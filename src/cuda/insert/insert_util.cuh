@@ -16,6 +16,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "cuda/common/e2m1_code.hpp"
 #include "cuda/common/float_divisor.hpp"
 #include "msa/dtype.hpp"
 #include "msa/error.hpp"
@@ -190,7 +191,7 @@ __device__ __forceinline__ float e4m3_value(std::uint8_t code) {
 // is one shuffle; this lane writes its 4 data bytes and, from even c, the
 // group's scale byte (its value decoded once for the group's elements). The
 // codes are of x / global / group scale, two correctly rounded quotients as
-// num::nvfp4_encode_value's. `mask` names the lanes that execute this call
+// num::nvfp4_encode_value's, encoded without branches (e2m1_code). `mask` names the lanes that execute this call
 // (it must include both lanes of the pair).
 //   data: [64] data bytes of the row, scales: [8] scale bytes of the row
 __device__ __forceinline__ void store_nvfp4_8(const float* x, const FloatDivisor& global, int c, unsigned mask,
@@ -214,8 +215,8 @@ __device__ __forceinline__ void store_nvfp4_8(const float* x, const FloatDivisor
   std::uint32_t bytes = 0;
 #pragma unroll
   for (int e = 0; e < 8; e += 2) {
-    const std::uint32_t lo = num::float_to_e2m1(t[e]);
-    const std::uint32_t hi = num::float_to_e2m1(t[e + 1]);
+    const std::uint32_t lo = e2m1_code(t[e]);
+    const std::uint32_t hi = e2m1_code(t[e + 1]);
     bytes |= (lo | (hi << 4)) << (4 * e);
   }
   store_bytes4(data + 4 * c, bytes);
