@@ -137,45 +137,55 @@ __global__ void __launch_bounds__(kWarps * 32) topk_candidates_kernel(const Topk
 
 }  // namespace
 
+namespace {
+
+// The checks and row numbers both candidate kernels share; false when the step
+// has no tokens (nothing to launch).
+bool candidate_rows(const char* fn, const StepView& step, const SelectShape& shape, const Sharding& sharding,
+                    std::int32_t rank, const float* scores, const Candidate* out, detail::RowParams& p) {
+  detail::check_select(fn, step, shape);
+  detail::check_sharding(fn, sharding, rank);
+  if (step.num_tokens == 0) return false;
+  MSA_CHECK(out != nullptr, fn, ": out is null");
+  MSA_CHECK(scores != nullptr || shape.max_blocks == 0, fn, ": scores is null");
+  p = detail::row_params(step, shape, sharding);
+  return true;
+}
+
+// One warp per row.
+template <class Params>
+void launch_rows(void (*kernel)(Params), const Params& p, Stream stream) {
+  const dim3 grid(static_cast<unsigned>((p.num_rows + kWarps - 1) / kWarps));
+  kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
 void topk_candidates(const StepView& step, const SelectShape& shape, const Sharding& sharding,
                      std::int32_t rank, const float* scores, const TopkView& own_topk,
                      Candidate* out, Stream stream) {
   const char* fn = "cp::topk_candidates";
-  detail::check_select(fn, step, shape);
-  detail::check_sharding(fn, sharding, rank);
   MSA_CHECK(own_topk.topk == shape.topk, fn, ": own_topk.topk = ", own_topk.topk,
             " but topk = ", shape.topk);
-  if (step.num_tokens == 0) return;
-  MSA_CHECK(out != nullptr, fn, ": out is null");
-  MSA_CHECK(own_topk.data != nullptr, fn, ": own_topk.data is null");
-  MSA_CHECK(scores != nullptr || shape.max_blocks == 0, fn, ": scores is null");
   TopkCandidateParams p;
-  static_cast<detail::RowParams&>(p) = detail::row_params(step, shape, sharding);
+  if (!candidate_rows(fn, step, shape, sharding, rank, scores, out, p)) return;
+  MSA_CHECK(own_topk.data != nullptr, fn, ": own_topk.data is null");
   p.scores = scores;
   p.own = own_topk;
   p.out = out;
   p.rank = rank;
-  const dim3 grid(static_cast<unsigned>((p.num_rows + kWarps - 1) / kWarps));
-  topk_candidates_kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  MSA_CUDA_CHECK_LAUNCH();
+  launch_rows(topk_candidates_kernel, p, stream);
 }
 
 void local_candidates(const StepView& step, const SelectShape& shape, const Sharding& sharding,
                       std::int32_t rank, const float* scores, Candidate* out, Stream stream) {
-  const char* fn = "cp::local_candidates";
-  detail::check_select(fn, step, shape);
-  detail::check_sharding(fn, sharding, rank);
-  if (step.num_tokens == 0) return;
-  MSA_CHECK(out != nullptr, fn, ": out is null");
-  MSA_CHECK(scores != nullptr || shape.max_blocks == 0, fn, ": scores is null");
   CandidateParams p;
-  static_cast<detail::RowParams&>(p) = detail::row_params(step, shape, sharding);
+  if (!candidate_rows("cp::local_candidates", step, shape, sharding, rank, scores, out, p)) return;
   p.scores = scores;
   p.out = out;
   p.rank = rank;
-  const dim3 grid(static_cast<unsigned>((p.num_rows + kWarps - 1) / kWarps));
-  candidates_kernel<<<grid, kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  MSA_CUDA_CHECK_LAUNCH();
+  launch_rows(candidates_kernel, p, stream);
 }
 
 }  // namespace msa::cuda::cp

@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -154,7 +155,20 @@ Kind kind_of(const char* fn, DType t, const char* what) {
   fail(fn, ": ", what, " = ", dtype_name(t), " but only f32, bf16 and fp16 are supported");
 }
 
-unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>((rows + kWarps - 1) / kWarps); }
+// The rank count and rows every merge entry point checks; false when there
+// are no rows (nothing to launch).
+bool merge_rows(const char* fn, std::int32_t num_ranks, std::int64_t rows) {
+  MSA_CHECK(num_ranks >= 1, fn, ": num_ranks = ", num_ranks, " must be >= 1");
+  MSA_CHECK(rows >= 0, fn, ": rows = ", rows, " is negative");
+  return rows > 0;
+}
+
+// One warp per row.
+template <class Params>
+void launch_rows(void (*kernel)(Params), const Params& p, std::int64_t rows, Stream stream) {
+  kernel<<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  MSA_CUDA_CHECK_LAUNCH();
+}
 
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
@@ -167,9 +181,7 @@ void merge_partials(const void* partial_out, const float* partial_lse, DType dty
   PartialParams p;
   p.in_kind = kind_of(fn, dtype, "dtype");
   p.out_kind = kind_of(fn, out_dtype, "out_dtype");
-  MSA_CHECK(num_ranks >= 1, fn, ": num_ranks = ", num_ranks, " must be >= 1");
-  MSA_CHECK(rows >= 0, fn, ": rows = ", rows, " is negative");
-  if (rows == 0) return;
+  if (!merge_rows(fn, num_ranks, rows)) return;
   MSA_CHECK(partial_out != nullptr && partial_lse != nullptr && out != nullptr, fn,
             ": partial_out / partial_lse / out is null");
   MSA_CHECK(aligned16(partial_out) && aligned16(out), fn,
@@ -180,8 +192,7 @@ void merge_partials(const void* partial_out, const float* partial_lse, DType dty
   p.lse = lse;
   p.num_ranks = num_ranks;
   p.rows = rows;
-  partials_kernel<<<row_blocks(rows), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  MSA_CUDA_CHECK_LAUNCH();
+  launch_rows(partials_kernel, p, rows, stream);
 }
 
 void weigh_partial(const void* own_out, DType dtype, const float* partial_lse, std::int32_t num_ranks,
@@ -189,10 +200,8 @@ void weigh_partial(const void* own_out, DType dtype, const float* partial_lse, s
   const char* fn = "cp::weigh_partial";
   WeighParams p;
   p.in_kind = kind_of(fn, dtype, "dtype");
-  MSA_CHECK(num_ranks >= 1, fn, ": num_ranks = ", num_ranks, " must be >= 1");
-  MSA_CHECK(rank >= 0 && rank < num_ranks, fn, ": rank = ", rank, " is not in [0, ", num_ranks, ")");
-  MSA_CHECK(rows >= 0, fn, ": rows = ", rows, " is negative");
-  if (rows == 0) return;
+  MSA_CHECK(rank >= 0 && rank < std::max(num_ranks, 1), fn, ": rank = ", rank, " is not in [0, ", num_ranks, ")");
+  if (!merge_rows(fn, num_ranks, rows)) return;
   MSA_CHECK(own_out != nullptr && partial_lse != nullptr && weighted != nullptr, fn,
             ": own_out / partial_lse / weighted is null");
   MSA_CHECK(aligned16(own_out) && aligned16(weighted), fn, ": own_out and weighted must be 16-byte aligned");
@@ -202,8 +211,7 @@ void weigh_partial(const void* own_out, DType dtype, const float* partial_lse, s
   p.num_ranks = num_ranks;
   p.rank = rank;
   p.rows = rows;
-  weigh_kernel<<<row_blocks(rows), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  MSA_CUDA_CHECK_LAUNCH();
+  launch_rows(weigh_kernel, p, rows, stream);
 }
 
 void finish_weighted(const float* summed, const float* partial_lse, std::int32_t num_ranks,
@@ -212,9 +220,7 @@ void finish_weighted(const float* summed, const float* partial_lse, std::int32_t
   PartialParams p;
   p.in_kind = Kind::f32;
   p.out_kind = kind_of(fn, out_dtype, "out_dtype");
-  MSA_CHECK(num_ranks >= 1, fn, ": num_ranks = ", num_ranks, " must be >= 1");
-  MSA_CHECK(rows >= 0, fn, ": rows = ", rows, " is negative");
-  if (rows == 0) return;
+  if (!merge_rows(fn, num_ranks, rows)) return;
   MSA_CHECK(summed != nullptr && partial_lse != nullptr && out != nullptr, fn,
             ": summed / partial_lse / out is null");
   MSA_CHECK(aligned16(summed) && aligned16(out), fn, ": summed and out must be 16-byte aligned");
@@ -224,8 +230,7 @@ void finish_weighted(const float* summed, const float* partial_lse, std::int32_t
   p.lse = lse;
   p.num_ranks = num_ranks;
   p.rows = rows;
-  finish_kernel<<<row_blocks(rows), kWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(p);
-  MSA_CUDA_CHECK_LAUNCH();
+  launch_rows(finish_kernel, p, rows, stream);
 }
 
 }  // namespace msa::cuda::cp
