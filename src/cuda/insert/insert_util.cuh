@@ -191,8 +191,9 @@ __device__ __forceinline__ float e4m3_value(std::uint8_t code) {
 // is one shuffle; this lane writes its 4 data bytes and, from even c, the
 // group's scale byte (its value decoded once for the group's elements). The
 // codes are of x / global / group scale, two correctly rounded quotients as
-// num::nvfp4_encode_value's, encoded without branches (e2m1_code). `mask` names the lanes that execute this call
-// (it must include both lanes of the pair).
+// num::nvfp4_encode_value's, encoded without branches (e2m1_code). `mask`
+// names the lanes that execute this call (it must include both lanes of the
+// pair).
 //   data: [64] data bytes of the row, scales: [8] scale bytes of the row
 __device__ __forceinline__ void store_nvfp4_8(const float* x, const FloatDivisor& global, int c, unsigned mask,
                                               std::uint8_t* data, std::uint8_t* scales) {
