@@ -183,7 +183,8 @@ void propose(const LayerPlan& plan, const StepView& step, const float* scores, S
 void propose(const LayerPlan& plan, const StepView& step, const float* scores, const TopkView& own_topk,
              Stream stream);
 // 2. All-gather of plan.candidates over group.comm (NCCL). Nothing to do for one
-// rank without a communicator; a build without NCCL throws for more ranks.
+// rank (a communicator, when given, is only checked against the group); a
+// build without NCCL throws for more ranks.
 void exchange_candidates(const LayerPlan& plan, Stream stream);
 // 3. plan.topk = the global top-k; plan.owned = this rank's entries of it.
 void merge_topk(const LayerPlan& plan, const StepView& step, Stream stream);

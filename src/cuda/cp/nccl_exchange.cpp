@@ -35,7 +35,9 @@ namespace msa::cuda::cp {
 namespace {
 
 // Whether there is anything to exchange; checks the communicator against the
-// plan's group (host queries only: nothing is enqueued or synchronized).
+// plan's group (host queries only: nothing is enqueued or synchronized). One
+// rank has nothing to exchange: its slices are already the gathered buffers
+// (and its weighted rows the sum), so no collective is launched for it.
 bool exchange_needed(const char* fn, const LayerPlan& plan) {
   const Group& g = plan.group;
   if (g.sharding.num_ranks == 1 && g.comm == nullptr) return false;
@@ -47,7 +49,7 @@ bool exchange_needed(const char* fn, const LayerPlan& plan) {
   MSA_NCCL_CHECK(ncclCommUserRank(comm, &rank), comm);
   MSA_CHECK(count == g.sharding.num_ranks && rank == g.rank, fn, ": the communicator is rank ", rank,
             " of ", count, " but the plan is for rank ", g.rank, " of ", g.sharding.num_ranks);
-  return plan.num_tokens > 0;
+  return plan.num_tokens > 0 && g.sharding.num_ranks > 1;
 }
 
 // In-place all-gather of `bytes_per_rank` bytes: rank r's slice starts at
