@@ -12,6 +12,7 @@
 // num::float_to_e2m1 on the host.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "msa/common.hpp"

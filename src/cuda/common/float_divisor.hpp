@@ -18,6 +18,18 @@
 
 namespace msa::cuda {
 
+// The smallest and largest |x[i]|, i < N, as FloatDivisor::covers takes them
+// (fminf / fmaxf leave a NaN out).
+template <int N>
+MSA_HD void abs_range(const float* x, float& amin, float& amax) {
+  amin = INFINITY;
+  amax = 0.0f;
+  for (int i = 0; i < N; ++i) {
+    amin = fminf(amin, fabsf(x[i]));
+    amax = fmaxf(amax, fabsf(x[i]));
+  }
+}
+
 class FloatDivisor {
  public:
   // The range of divisors and operand magnitudes the reciprocal serves.
@@ -72,11 +84,8 @@ class FloatDivisor {
   // The same, the range of |x| found here.
   template <int N>
   MSA_HD void divide(const float* x, float* q) const {
-    float amin = INFINITY, amax = 0.0f;
-    for (int i = 0; i < N; ++i) {
-      amin = fminf(amin, fabsf(x[i]));
-      amax = fmaxf(amax, fabsf(x[i]));
-    }
+    float amin, amax;
+    abs_range<N>(x, amin, amax);
     divide<N>(x, q, amin, amax);
   }
 

@@ -161,12 +161,8 @@ __device__ __forceinline__ void store8(void* base, std::int64_t off, const float
 template <int Dst>
 __device__ __forceinline__ void store8(void* base, std::int64_t off, const float* x, const FloatDivisor& scale) {
   static_assert(Dst == kDstE4m3 || Dst == kDstE5m2, "only fp8 stores are scaled");
-  float amin = INFINITY, amax = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    amin = fminf(amin, fabsf(x[e]));
-    amax = fmaxf(amax, fabsf(x[e]));
-  }
+  float amin, amax;
+  abs_range<8>(x, amin, amax);
   if (scale.covers(amin, amax)) store8_fp8<Dst>(base, off, x, [&](float v) { return scale.quotient(v); });
   else store8_fp8<Dst>(base, off, x, [&](float v) { return v / scale.divisor(); });
 }
@@ -197,12 +193,8 @@ __device__ __forceinline__ float e4m3_value(std::uint8_t code) {
 //   data: [64] data bytes of the row, scales: [8] scale bytes of the row
 __device__ __forceinline__ void store_nvfp4_8(const float* x, const FloatDivisor& global, int c, unsigned mask,
                                               std::uint8_t* data, std::uint8_t* scales) {
-  float amin = INFINITY, amax = 0.0f;  // of this lane's |x|
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    amin = fminf(amin, fabsf(x[e]));
-    amax = fmaxf(amax, fabsf(x[e]));
-  }
+  float amin, amax;  // of this lane's |x|
+  abs_range<8>(x, amin, amax);
   const float group_amax = fmaxf(amax, __shfl_xor_sync(mask, amax, 1));  // the other half of the group
   const std::uint8_t sf = num::nvfp4_group_scale(group_amax, global.divisor());
   // t = x / global, then t / sf: the second range from the first's quotients
