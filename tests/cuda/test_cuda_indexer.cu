@@ -473,7 +473,8 @@ TEST(CudaIndexer, DecodeUnitsAndSpread) {
 }
 
 // Prefill tiles: several 256-row tiles per request with H = 1, 2, 4, a fresh
-// prompt (tiles of the first blocks see few blocks), tiles ending mid-request.
+// prompt (tiles of the first blocks see few blocks), tiles ending mid-request;
+// nvfp4 keys with bf16 and fp16 queries (widened in the wgmma kernel).
 TEST(CudaIndexer, PrefillTiles) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(88);
@@ -481,14 +482,15 @@ TEST(CudaIndexer, PrefillTiles) {
   const bool small = msa::test::sanitizer_mode();
   std::uint64_t s = seed;
   for (int heads : {1, 2, 4}) {
-    for (DType keys : {DType::bf16, DType::fp8_e4m3}) {
+    for (DType keys : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
       Shape sh;
       sh.decode_threshold = 1;
       sh.query_lens = {1, small ? 300 : 1100, small ? 200 : 777, 3};
       sh.seq_lens = {small ? 2000 : 5000, small ? 300 : 1100, small ? 900 : 6000, small ? 130 : 4099};
       sh.heads = heads;
       sh.keys = keys;
-      sh.iq = keys;
+      sh.iq = keys != DType::nvfp4 ? keys : heads == 2 ? DType::fp16 : DType::bf16;
+      sh.global_scale = heads == 4 ? 0.0173f : 1.0f / 64.0f;
       sh.seed = s++;
       check_shape(sh);
     }
@@ -644,15 +646,11 @@ TEST(CudaIndexer, TiedBlocksOnEveryKeyDtype) {
     DType keys, iq;
   };
   for (D d : {D{DType::bf16, DType::bf16}, D{DType::fp8_e4m3, DType::fp16}, D{DType::fp8_e4m3, DType::fp8_e4m3},
-              D{DType::nvfp4, DType::bf16}}) {
+              D{DType::nvfp4, DType::bf16}, D{DType::nvfp4, DType::fp16}}) {
     Shape sh;
     sh.decode_threshold = 2;
     sh.query_lens = {2, 2, 2, 70};
     sh.seq_lens = {3000, 0, 2100, 1500};
-    if (d.keys == DType::nvfp4) {  // decode rows only
-      sh.query_lens.pop_back();
-      sh.seq_lens.pop_back();
-    }
     sh.heads = 2;
     sh.keys = d.keys;
     sh.iq = d.iq;
@@ -771,25 +769,31 @@ TEST(CudaIndexer, BadBlockTableEntryIsRecorded) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(55);
   MSA_TRACE_SEED(seed);
-  Shape sh;
-  sh.query_lens = {1, 40};
-  sh.seq_lens = {700, 900};
-  sh.heads = 2;
-  sh.seed = seed;
-  Problem pb = make_problem(sh);
-  const std::int32_t bad_page = std::int32_t(pb.num_pages + 1000);
-  pb.table[1 * pb.table_stride + 3] = bad_page;  // request 1, block 3
-  DeviceProblem dev(pb);
-  msa::test::CheckBuffer check;
-  dev.run(pb, check.get());
-  msa::test::device_sync();
-  EXPECT_EQ(check.message(), msa::detail::concat("index block_table[r=1, b=3] = ", bad_page,
-                                                 " but the index cache has ", pb.num_pages, " pages"));
-  // The rows of request 1 still get a valid selection (block 3 scored NaN).
-  const auto topk = dev.topk_token_major(pb);
-  for (std::int32_t t = pb.meta.query_start[1]; t < pb.meta.num_tokens; ++t) {
-    const std::int32_t* row = topk.data() + std::int64_t(t) * sh.heads * sh.topk;
-    for (int k = 0; k < sh.topk; ++k) ASSERT_TRUE(row[k] >= -1 && row[k] <= last_block(pb, t)) << t;
+  std::uint64_t s = seed;
+  for (DType keys : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
+    Shape sh;
+    sh.query_lens = {1, 40};
+    sh.seq_lens = {700, 900};
+    sh.heads = 2;
+    sh.keys = keys;
+    sh.iq = keys == DType::fp8_e4m3 ? keys : DType::bf16;
+    sh.seed = s++;
+    SCOPED_TRACE(sh.name());
+    Problem pb = make_problem(sh);
+    const std::int32_t bad_page = std::int32_t(pb.num_pages + 1000);
+    pb.table[1 * pb.table_stride + 3] = bad_page;  // request 1 (a prefill), block 3
+    DeviceProblem dev(pb);
+    msa::test::CheckBuffer check;
+    dev.run(pb, check.get());
+    msa::test::device_sync();
+    EXPECT_EQ(check.message(), msa::detail::concat("index block_table[r=1, b=3] = ", bad_page,
+                                                   " but the index cache has ", pb.num_pages, " pages"));
+    // The rows of request 1 still get a valid selection (block 3 scored NaN).
+    const auto topk = dev.topk_token_major(pb);
+    for (std::int32_t t = pb.meta.query_start[1]; t < pb.meta.num_tokens; ++t) {
+      const std::int32_t* row = topk.data() + std::int64_t(t) * sh.heads * sh.topk;
+      for (int k = 0; k < sh.topk; ++k) ASSERT_TRUE(row[k] >= -1 && row[k] <= last_block(pb, t)) << t;
+    }
   }
 }
 

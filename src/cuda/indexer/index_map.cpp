@@ -13,7 +13,9 @@ namespace msa::cuda::indexer {
 namespace {
 
 CUtensorMapDataType map_type(DType dtype) {
-  return dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  return dtype == DType::bf16   ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+         : dtype == DType::fp16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                : CU_TENSOR_MAP_DATA_TYPE_UINT8;
 }
 
 }  // namespace
@@ -38,7 +40,7 @@ bool make_index_map(const IndexCacheView& c, CUtensorMap& map) {
 }
 
 bool make_rows_map(const void* rows, DType dtype, std::int64_t num_rows, int box_rows, CUtensorMap& map) {
-  if (dtype != DType::bf16 && dtype != DType::fp8_e4m3) return false;
+  if (dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::fp8_e4m3) return false;
   if (rows == nullptr || num_rows <= 0 || box_rows <= 0 || box_rows > 256) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;

@@ -21,7 +21,7 @@ int index_box_features(DType dtype);
 // cannot (no entry point, or strides the TMA does not take).
 bool make_index_map(const IndexCacheView& cache, CUtensorMap& map);
 
-// Encodes a 2-D map over rows [num_rows, 128] of 16-bit (bf16) or 8-bit (e4m3)
+// Encodes a 2-D map over rows [num_rows, 128] of 16-bit (bf16, fp16) or 8-bit (e4m3)
 // elements, boxes of `box_rows` rows by 128 bytes, 128-byte swizzle: the index
 // queries of a prefill tile. false when the driver cannot.
 bool make_rows_map(const void* rows, DType dtype, std::int64_t num_rows, int box_rows, CUtensorMap& map);

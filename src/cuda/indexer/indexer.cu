@@ -173,18 +173,24 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
       legacy_scores(step, args, scores, max_blocks, block_limit, 0, decode_rows, true, check.buffer, s);
     }
   }
-  // Prefill rows: the wgmma kernel for bf16 queries on a bf16 cache and fp8
-  // queries on an fp8 cache; the mma.sync tiles otherwise.
+  // Prefill rows: the wgmma kernel for bf16 queries on a bf16 cache, fp8
+  // queries on an fp8 cache and bf16 / fp16 queries on an nvfp4 cache (its
+  // pages widened in shared memory); the mma.sync tiles otherwise.
   const std::int64_t all_rows = std::int64_t(step.num_tokens) * H;
   if (all_rows > decode_rows && block_limit > 0) {
     CUtensorMap query_map{};
-    const bool wgmma = have_map && ((qd == DType::bf16 && kd == DType::bf16) ||
-                                    (qd == DType::fp8_e4m3 && kd == DType::fp8_e4m3));
+    const bool wgmma = (have_map && ((qd == DType::bf16 && kd == DType::bf16) ||
+                                     (qd == DType::fp8_e4m3 && kd == DType::fp8_e4m3))) ||
+                       (kd == DType::nvfp4 && is_half(qd));
     if (wgmma && indexer::make_rows_map(args.index_q, qd, all_rows, indexer::kPrefillTileRows, query_map)) {
       const std::int64_t prefill_rows = all_rows - decode_rows;
       const std::int64_t tiles = prefill_rows / indexer::kPrefillTileRows + (step.num_requests - step.num_decodes);
-      indexer::launch_prefill_scores(step, args, kd == DType::bf16 ? indexer::PrefillKeys::bf16 : indexer::PrefillKeys::e4m3,
-                                     key_map, query_map, scores, max_blocks, block_limit,
+      using PK = indexer::PrefillKeys;
+      const PK keys = kd == DType::bf16       ? PK::bf16
+                      : kd == DType::fp8_e4m3 ? PK::e4m3
+                      : qd == DType::fp16     ? PK::nvfp4_fp16
+                                              : PK::nvfp4_bf16;
+      indexer::launch_prefill_scores(step, args, keys, key_map, query_map, scores, max_blocks, block_limit,
                                      int(std::min<std::int64_t>(sms, tiles * block_limit)), check.buffer, s);
     } else {
       legacy_scores(step, args, scores, max_blocks, block_limit, decode_rows, all_rows, false, check.buffer, s);

@@ -11,12 +11,17 @@
 // A CTA is a producer warpgroup (one thread issues the TMA loads: the tile's
 // queries once per tile, then the key blocks through the block table into a
 // ring of stages) and two consumer warpgroups of 128 rows each. Per block a
-// consumer issues wgmma m64n128 (k16 bf16, or k32 fp8 e4m3) for its two
+// consumer issues wgmma m64n128 (k16 bf16 / fp16, or k32 fp8 e4m3) for its two
 // m64 halves from shared memory (queries and keys in the TMA's 128-byte
 // swizzle), waits, frees the stage, and reduces each row of its 128 x 128
 // fp32 accumulator to the block's max in registers (masking keys beyond the
 // row's position only in blocks that need it); each row's score is written
 // once. The top-k follows in select.cu.
+//
+// nvfp4 pages (72-byte rows, no tensor map) are bulk-copied into a ring of
+// raw stages; the producer warpgroup's other three warps widen each into a
+// key stage of the query's type (nvfp4_widen.cuh), which the consumers read as
+// they read bf16 keys. The global scale multiplies the block max.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -28,6 +33,7 @@
 #include "cuda/common/wgmma.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_check.cuh"
+#include "cuda/indexer/nvfp4_widen.cuh"
 #include "cuda/indexer/prefill_scores.hpp"
 #include "msa/common.hpp"
 
@@ -41,10 +47,24 @@ constexpr int kTile = kPrefillTileRows;
 constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerWarps = 8;
 constexpr int kStages = 4;
+constexpr int kRawStages = 3;      // nvfp4 pages in flight
+constexpr int kWidenWarps = 3;     // warps 1-3 of the producer warpgroup
+constexpr int kRawBytes = int(index_nvfp4::kPageBytes);
 
 template <PrefillKeys K>
+constexpr bool is_nvfp4() {
+  return K == PrefillKeys::nvfp4_bf16 || K == PrefillKeys::nvfp4_fp16;
+}
+// Elements of the MMA: 8-bit for e4m3, 16-bit otherwise (nvfp4 widened).
+// Registers per thread of the two roles (the CTA's 384 x 168 shared out):
+// nvfp4's widening warps take more for independent groups in flight.
+template <PrefillKeys K>
+constexpr int kProducerRegs = is_nvfp4<K>() ? 56 : 40;
+template <PrefillKeys K>
+constexpr int kConsumerRegs = is_nvfp4<K>() ? 224 : 232;
+template <PrefillKeys K>
 constexpr int elem_bytes() {
-  return K == PrefillKeys::bf16 ? 2 : 1;
+  return K == PrefillKeys::e4m3 ? 1 : 2;
 }
 // A block of keys / a tile of queries in shared memory.
 template <PrefillKeys K>
@@ -57,7 +77,8 @@ constexpr int query_bytes() {
 }
 template <PrefillKeys K>
 constexpr int smem_bytes() {
-  return query_bytes<K>() + kStages * key_bytes<K>() + 1024;  // + alignment slack
+  return query_bytes<K>() + kStages * key_bytes<K>() + (is_nvfp4<K>() ? kRawStages * kRawBytes + 256 : 0) +
+         1024;  // + alignment slack
 }
 
 // d (64 x 128 fp32) (+)= A (64 x 32 e4m3, K-major at descriptor a) x B (128 x 32 e4m3, K-major at b).
@@ -89,6 +110,14 @@ struct Params {
   std::int32_t block_limit = 0;
   std::int32_t num_heads = 0;
   std::int64_t* check = nullptr;  // [8] DeviceCheck buffer or null
+};
+
+// nvfp4 pages: a kernel argument of its own, so that the Params of the other
+// kinds (and their code) stay as they are.
+struct Nvfp4Pages {
+  const std::uint8_t* base = nullptr;  // the index cache, pages bulk-copied from here
+  std::int64_t page_bytes = 0;         // page stride in bytes
+  float global_scale = 1.0f;           // multiplies the block max
 };
 
 // Tile i of prefill request r.
@@ -172,10 +201,16 @@ struct StageInfo {
   std::int32_t pos0;      // position of row0's token: the tile's lowest
 };
 
+// The loads of the CTA's range: into the key ring (bf16, e4m3: tensor loads of
+// the page's boxes) or the raw ring (nvfp4: one bulk copy of the page), whose
+// full / empty barriers and stage infos these are.
 template <PrefillKeys K>
-__device__ void produce(const Params& p, const CUtensorMap* key_map, const CUtensorMap* query_map, Range range,
+__device__ void produce(const Params& p, const Nvfp4Pages& fp4, const CUtensorMap* key_map,
+                        const CUtensorMap* query_map, Range range,
                         std::uint8_t* queries, std::uint8_t* ring, std::uint64_t* full, std::uint64_t* empty,
                         std::uint64_t* q_full, std::uint64_t* q_empty, StageInfo* info) {
+  constexpr int kRing = is_nvfp4<K>() ? kRawStages : kStages;
+  constexpr int kLoadBytes = is_nvfp4<K>() ? kRawBytes : key_bytes<K>();
   TileRef t = range.tile;
   std::int32_t b = range.block;
   std::int32_t nb = range.count > 0 ? tile_blocks(p, t.request, t.index) : 0;
@@ -192,7 +227,7 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
       const std::uint32_t bar = smem_u32(q_full);
       sm90::mbar_arrive_expect_tx(bar, query_bytes<K>());
       const std::uint32_t dst = smem_u32(queries);
-      if constexpr (K == PrefillKeys::bf16) {
+      if constexpr (elem_bytes<K>() == 2) {
         asm volatile(
             "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
             "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(0), "r"(row0), "r"(bar)
@@ -210,8 +245,8 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
       }
       ++tiles_loaded;
     }
-    const int s = k % kStages;
-    sm90::mbar_wait(smem_u32(&empty[s]), ((k / kStages) & 1) ^ 1);
+    const int s = k % kRing;
+    sm90::mbar_wait(smem_u32(&empty[s]), ((k / kRing) & 1) ^ 1);
     const std::int32_t page = p.table.at(r, b);
     const bool ok = page >= 0 && page < p.num_pages;
     StageInfo si;
@@ -230,10 +265,14 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
       detail::record_bad(p.check, detail::kBadIndexBlockTable, r, b, 0, page, p.num_pages);
       sm90::mbar_arrive(bar);
     } else {
-      sm90::mbar_arrive_expect_tx(bar, key_bytes<K>());
-      const std::uint32_t dst = smem_u32(ring + s * key_bytes<K>());
-      sm90::tma_load_3d(dst, key_map, bar, 0, 0, page);
-      if constexpr (K == PrefillKeys::bf16) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, page);
+      sm90::mbar_arrive_expect_tx(bar, kLoadBytes);
+      const std::uint32_t dst = smem_u32(ring + s * kLoadBytes);
+      if constexpr (is_nvfp4<K>()) {
+        sm90::bulk_load(dst, fp4.base + page * fp4.page_bytes, kLoadBytes, bar);
+      } else {
+        sm90::tma_load_3d(dst, key_map, bar, 0, 0, page);
+        if constexpr (K == PrefillKeys::bf16) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, page);
+      }
     }
     new_tile = false;
     if (++b == nb) {
@@ -245,6 +284,32 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
           ++t.request;
         }
       } while (t.request < p.step.num_requests && (nb = tile_blocks(p, t.request, t.index)) == 0);
+    }
+  }
+}
+
+// nvfp4: the widening warps (thread 0 .. kWidenWarps * 32 - 1) turn raw stage
+// k % kRawStages into key stage k % kStages and pass its info on.
+template <PrefillKeys K>
+__device__ void widen(const Range& range, const std::uint8_t* raw_ring, std::uint8_t* ring, std::uint64_t* full,
+                      std::uint64_t* empty, std::uint64_t* raw_full, std::uint64_t* raw_empty,
+                      const StageInfo* raw_info, StageInfo* info, int thread) {
+  for (std::int32_t k = 0; k < range.count; ++k) {
+    const int s = k % kStages, r = k % kRawStages;
+    sm90::mbar_wait(smem_u32(&empty[s]), ((k / kStages) & 1) ^ 1);
+    sm90::mbar_wait(smem_u32(&raw_full[r]), (k / kRawStages) & 1);
+    const StageInfo si = raw_info[r];
+    if (si.page_ok) {
+      widen_nvfp4_page<K == PrefillKeys::nvfp4_fp16, kWidenWarps * 32>(raw_ring + r * kRawBytes,
+                                                                         ring + s * key_bytes<K>(), thread);
+    }
+    if (thread == 0) info[s] = si;
+    // The stores are read by wgmma (the async proxy).
+    sm90::fence_proxy_async();
+    __syncwarp();
+    if ((thread & 31) == 0) {
+      sm90::mbar_arrive(smem_u32(&raw_empty[r]));
+      sm90::mbar_arrive(smem_u32(&full[s]));
     }
   }
 }
@@ -285,12 +350,12 @@ __device__ __forceinline__ void block_max(const float (&d)[2][64], const std::in
 // lane g * 4 + c) holds rows 16w + g and 16w + g + 8, columns 8j + 2c, + 1 for
 // j < 16, at d[4j + (0, 1)] and d[4j + (2, 3)].
 template <PrefillKeys K>
-__device__ void consume(const Params& p, const Range& range, const std::uint8_t* queries, const std::uint8_t* ring,
+__device__ void consume(const Params& p, float global_scale, const Range& range, const std::uint8_t* queries, const std::uint8_t* ring,
                         std::uint64_t* full, std::uint64_t* empty, std::uint64_t* q_full, std::uint64_t* q_empty,
                         const StageInfo* info, int wg, int tid) {
   const float kNaN = __int_as_float(0x7FFFFFFF);
-  constexpr int kSteps = K == PrefillKeys::bf16 ? 8 : 4;  // k16 / k32 steps over the 128 features
-  constexpr int kBox = K == PrefillKeys::bf16 ? 64 : 128;   // features per 128-byte row of a box
+  constexpr int kSteps = elem_bytes<K>() == 2 ? 8 : 4;  // k16 / k32 steps over the 128 features
+  constexpr int kBox = elem_bytes<K>() == 2 ? 64 : 128;   // features per 128-byte row of a box
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   std::int32_t tiles_seen = 0;
   float d[2][64];
@@ -331,8 +396,8 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
           const std::uint32_t a_addr =
               smem_u32(queries + box * (query_bytes<K>() / (kHeadDim / kBox)) + (wg * 128 + m * 64) * 128 + col);
           const std::uint64_t ad = sm90::sw128_desc(a_addr, 16, 1024).at(0);
-          if constexpr (K == PrefillKeys::bf16) sm90::wgmma_ss<false>(d[m], ad, bd, st > 0);
-          else wgmma_e4m3(d[m], ad, bd, st > 0);
+          if constexpr (K == PrefillKeys::e4m3) wgmma_e4m3(d[m], ad, bd, st > 0);
+          else sm90::wgmma_ss<K == PrefillKeys::nvfp4_fp16>(d[m], ad, bd, st > 0);
         }
       }
       sm90::wgmma_commit();
@@ -365,6 +430,7 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
         float v = mx[m][half];
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        if constexpr (is_nvfp4<K>()) v *= global_scale;
         const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
         if (c == half && pos[m][half] >= 0) {
           p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] =
@@ -378,22 +444,42 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
 template <PrefillKeys K>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_scores_kernel(const __grid_constant__ CUtensorMap key_map, const __grid_constant__ CUtensorMap query_map,
-                          const Params p) {
+                          const Params p, const Nvfp4Pages fp4) {
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ __align__(8) std::uint64_t full[kStages], empty[kStages], q_full, q_empty;
   __shared__ StageInfo info[kStages];
   __shared__ Range range;
-  std::uint8_t* queries = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
-                                                          ~std::uintptr_t(1023));
+  std::uint8_t* queries;
+  if constexpr (is_nvfp4<K>()) {
+    // By pointer arithmetic on smem_raw: visibly shared memory, so that the
+    // widening's accesses compile to shared loads and stores.
+    queries = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
+  } else {
+    queries = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(smem_raw) + 1023) &
+                                              ~std::uintptr_t(1023));
+  }
   std::uint8_t* ring = queries + query_bytes<K>();
+  // nvfp4 only, after the key ring: [kRawStages][128][72] raw pages, their
+  // full / empty barriers and stage infos.
+  std::uint8_t* raw_ring = ring + kStages * key_bytes<K>();
+  auto* raw_full = reinterpret_cast<std::uint64_t*>(raw_ring + kRawStages * kRawBytes);
+  std::uint64_t* raw_empty = raw_full + kRawStages;
+  auto* raw_info = reinterpret_cast<StageInfo*>(raw_empty + kRawStages);
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x < 32) {
     const Range r = cta_range(p, threadIdx.x);
     if (threadIdx.x == 0) {
       range = r;
       for (int s = 0; s < kStages; ++s) {
-        sm90::mbar_init(smem_u32(&full[s]), 1);
+        // nvfp4 key stages are filled by the widening warps' arrivals.
+        sm90::mbar_init(smem_u32(&full[s]), is_nvfp4<K>() ? kWidenWarps : 1);
         sm90::mbar_init(smem_u32(&empty[s]), kConsumerWarps);
+      }
+      if constexpr (is_nvfp4<K>()) {
+        for (int s = 0; s < kRawStages; ++s) {
+          sm90::mbar_init(smem_u32(&raw_full[s]), 1);
+          sm90::mbar_init(smem_u32(&raw_empty[s]), kWidenWarps);
+        }
       }
       sm90::mbar_init(smem_u32(&q_full), 1);
       sm90::mbar_init(smem_u32(&q_empty), kConsumerWarps);
@@ -403,22 +489,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const Range r = range;
   if (wg == 0) {
-    sm90::regs_dec<40>();
-    if (tid == 0) produce<K>(p, &key_map, &query_map, r, queries, ring, full, empty, &q_full, &q_empty, info);
+    sm90::regs_dec<kProducerRegs<K>>();
+    if constexpr (is_nvfp4<K>()) {
+      if (tid == 0) {
+        produce<K>(p, fp4, &key_map, &query_map, r, queries, raw_ring, raw_full, raw_empty, &q_full, &q_empty, raw_info);
+      } else if (tid >= 32) {
+        widen<K>(r, raw_ring, ring, full, empty, raw_full, raw_empty, raw_info, info, tid - 32);
+      }
+    } else if (tid == 0) {
+      produce<K>(p, fp4, &key_map, &query_map, r, queries, ring, full, empty, &q_full, &q_empty, info);
+    }
   } else {
-    sm90::regs_inc<232>();
-    consume<K>(p, r, queries, ring, full, empty, &q_full, &q_empty, info, wg - 1, tid);
+    sm90::regs_inc<kConsumerRegs<K>>();
+    consume<K>(p, fp4.global_scale, r, queries, ring, full, empty, &q_full, &q_empty, info, wg - 1, tid);
   }
 }
 
 template <PrefillKeys K>
-void launch(const CUtensorMap& key_map, const CUtensorMap& query_map, const Params& p, int grid, cudaStream_t stream) {
+void launch(const CUtensorMap& key_map, const CUtensorMap& query_map, const Params& p, const Nvfp4Pages& fp4, int grid,
+            cudaStream_t stream) {
   static std::atomic<std::uint64_t> prepared{0};
   attention::once_per_device(prepared, [](int) {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(prefill_scores_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         smem_bytes<K>()));
   });
-  prefill_scores_kernel<K><<<grid, kThreads, smem_bytes<K>(), stream>>>(key_map, query_map, p);
+  prefill_scores_kernel<K><<<grid, kThreads, smem_bytes<K>(), stream>>>(key_map, query_map, p, fp4);
   MSA_CUDA_CHECK_LAUNCH();
 }
 
@@ -438,8 +533,18 @@ void launch_prefill_scores(const StepView& step, const IndexerArgs& args, Prefil
   p.block_limit = block_limit;
   p.num_heads = args.num_kv_heads;
   p.check = check;
-  if (keys == PrefillKeys::bf16) launch<PrefillKeys::bf16>(key_map, query_map, p, grid, stream);
-  else launch<PrefillKeys::e4m3>(key_map, query_map, p, grid, stream);
+  Nvfp4Pages fp4;
+  if (keys == PrefillKeys::nvfp4_bf16 || keys == PrefillKeys::nvfp4_fp16) {
+    fp4.base = static_cast<const std::uint8_t*>(args.cache.base);
+    fp4.page_bytes = args.cache.page_stride;  // bytes for nvfp4
+    fp4.global_scale = args.cache.global_scale;
+  }
+  switch (keys) {
+    case PrefillKeys::bf16: launch<PrefillKeys::bf16>(key_map, query_map, p, fp4, grid, stream); break;
+    case PrefillKeys::e4m3: launch<PrefillKeys::e4m3>(key_map, query_map, p, fp4, grid, stream); break;
+    case PrefillKeys::nvfp4_bf16: launch<PrefillKeys::nvfp4_bf16>(key_map, query_map, p, fp4, grid, stream); break;
+    case PrefillKeys::nvfp4_fp16: launch<PrefillKeys::nvfp4_fp16>(key_map, query_map, p, fp4, grid, stream); break;
+  }
 }
 
 }  // namespace msa::cuda::indexer

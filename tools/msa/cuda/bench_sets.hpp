@@ -109,7 +109,7 @@ inline std::vector<BenchCase> production_bench_cases() {
 
 // The indexer set: decode / verify on both shapes at 32K and 128K, batches
 // 1-128, and the production prefill steps, over bf16, fp8 e4m3 (with an fp8
-// query) and nvfp4 index caches (nvfp4: decode and verify only).
+// query) and nvfp4 index caches.
 inline std::vector<BenchCase> index_bench_cases() {
   static constexpr int kShapes[][2] = {{16, 1}, {64, 4}};
   std::vector<BenchCase> out;
@@ -119,7 +119,6 @@ inline std::vector<BenchCase> index_bench_cases() {
         for (const std::int32_t b : {1, 8, 32, 128})
           for (const std::int32_t q : {1, 4})
             out.push_back(make_bench_case(BenchOp::index, false, shape[0], shape[1], dt, ctx, b, q));
-      if (dt == DType::nvfp4) continue;
       for (const PrefillStep& st : kProductionReps)
         out.push_back(make_bench_case(BenchOp::index, true, shape[0], shape[1], dt, st.context, st.batch, st.chunk));
     }
