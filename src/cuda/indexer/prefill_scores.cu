@@ -48,7 +48,7 @@ constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgrou
 constexpr int kConsumerWarps = 8;
 constexpr int kStages = 4;
 constexpr int kRawStages = 3;      // nvfp4 pages in flight
-constexpr int kWidenWarps = 3;     // warps 1-3 of the producer warpgroup
+constexpr int kWidenWarps = 4;     // the producer warpgroup
 constexpr int kRawBytes = int(index_nvfp4::kPageBytes);
 
 template <PrefillKeys K>
@@ -201,79 +201,34 @@ struct StageInfo {
   std::int32_t pos0;      // position of row0's token: the tile's lowest
 };
 
-// The loads of the CTA's range: into the key ring (bf16, e4m3: tensor loads of
-// the page's boxes) or the raw ring (nvfp4: one bulk copy of the page), whose
-// full / empty barriers and stage infos these are.
-template <PrefillKeys K>
-__device__ void produce(const Params& p, const Nvfp4Pages& fp4, const CUtensorMap* key_map,
-                        const CUtensorMap* query_map, Range range,
-                        std::uint8_t* queries, std::uint8_t* ring, std::uint64_t* full, std::uint64_t* empty,
-                        std::uint64_t* q_full, std::uint64_t* q_empty, StageInfo* info) {
-  constexpr int kRing = is_nvfp4<K>() ? kRawStages : kStages;
-  constexpr int kLoadBytes = is_nvfp4<K>() ? kRawBytes : key_bytes<K>();
-  TileRef t = range.tile;
-  std::int32_t b = range.block;
-  std::int32_t nb = range.count > 0 ? tile_blocks(p, t.request, t.index) : 0;
-  std::int32_t tiles_loaded = 0;
+// Walks the CTA's (tile, block) range in order.
+struct Cursor {
+  TileRef t;
+  std::int32_t b = 0;   // block of tile t
+  std::int32_t nb = 0;  // blocks tile t scores
   bool new_tile = true;
-  for (std::int32_t k = 0; k < range.count; ++k) {
+
+  __device__ Cursor(const Params& p, const Range& range)
+      : t(range.tile), b(range.block), nb(range.count > 0 ? tile_blocks(p, t.request, t.index) : 0) {}
+
+  // What the consumers need to know of the current (tile, block), but page_ok.
+  __device__ StageInfo info(const Params& p) const {
     const std::int32_t r = t.request;
     const std::int32_t qlen = p.step.query_start[r + 1] - p.step.query_start[r];
-    const std::int32_t row_in_req = t.index * kTile;
-    const std::int32_t row0 = p.step.query_start[r] * p.num_heads + row_in_req;
-    if (new_tile) {
-      // The queries buffer is free once both consumers are done with the last tile.
-      sm90::mbar_wait(smem_u32(q_empty), (tiles_loaded & 1) ^ 1);
-      const std::uint32_t bar = smem_u32(q_full);
-      sm90::mbar_arrive_expect_tx(bar, query_bytes<K>());
-      const std::uint32_t dst = smem_u32(queries);
-      if constexpr (elem_bytes<K>() == 2) {
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-            "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(0), "r"(row0), "r"(bar)
-            : "memory");
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
-                dst + query_bytes<K>() / 2),
-            "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(64), "r"(row0), "r"(bar)
-            : "memory");
-      } else {
-        asm volatile(
-            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-            "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(0), "r"(row0), "r"(bar)
-            : "memory");
-      }
-      ++tiles_loaded;
-    }
-    const int s = k % kRing;
-    sm90::mbar_wait(smem_u32(&empty[s]), ((k / kRing) & 1) ^ 1);
-    const std::int32_t page = p.table.at(r, b);
-    const bool ok = page >= 0 && page < p.num_pages;
     StageInfo si;
     si.block = b;
-    si.page_ok = ok ? 1 : 0;
+    si.page_ok = 0;
     si.new_tile = new_tile ? 1 : 0;
     si.tile_end = b + 1 == nb ? 1 : 0;
-    si.row0 = row0;
-    si.rows = min(kTile, qlen * p.num_heads - row_in_req);
-    si.row_in_req = row_in_req;
+    si.row_in_req = t.index * kTile;
+    si.row0 = p.step.query_start[r] * p.num_heads + si.row_in_req;
+    si.rows = min(kTile, qlen * p.num_heads - si.row_in_req);
     si.pos_req = p.step.seq_lens[r] - qlen;
-    si.pos0 = si.pos_req + row_in_req / p.num_heads;
-    info[s] = si;
-    const std::uint32_t bar = smem_u32(&full[s]);
-    if (!ok) {
-      detail::record_bad(p.check, detail::kBadIndexBlockTable, r, b, 0, page, p.num_pages);
-      sm90::mbar_arrive(bar);
-    } else {
-      sm90::mbar_arrive_expect_tx(bar, kLoadBytes);
-      const std::uint32_t dst = smem_u32(ring + s * kLoadBytes);
-      if constexpr (is_nvfp4<K>()) {
-        sm90::bulk_load(dst, fp4.base + page * fp4.page_bytes, kLoadBytes, bar);
-      } else {
-        sm90::tma_load_3d(dst, key_map, bar, 0, 0, page);
-        if constexpr (K == PrefillKeys::bf16) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, page);
-      }
-    }
+    si.pos0 = si.pos_req + si.row_in_req / p.num_heads;
+    return si;
+  }
+
+  __device__ void advance(const Params& p) {
     new_tile = false;
     if (++b == nb) {
       b = 0;
@@ -286,15 +241,99 @@ __device__ void produce(const Params& p, const Nvfp4Pages& fp4, const CUtensorMa
       } while (t.request < p.step.num_requests && (nb = tile_blocks(p, t.request, t.index)) == 0);
     }
   }
+};
+
+// The tensor load of a tile's queries (rows row0 .. row0 + 255) into `queries`.
+template <PrefillKeys K>
+__device__ __forceinline__ void load_queries(const CUtensorMap* query_map, std::uint8_t* queries, std::uint64_t* q_full,
+                                             std::int32_t row0) {
+  const std::uint32_t bar = smem_u32(q_full);
+  sm90::mbar_arrive_expect_tx(bar, query_bytes<K>());
+  const std::uint32_t dst = smem_u32(queries);
+  // Boxes of 128 bytes per row: two for 16-bit queries.
+  for (int box = 0; box < elem_bytes<K>(); ++box) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            dst + box * (query_bytes<K>() / 2)),
+        "l"(reinterpret_cast<std::uint64_t>(query_map)), "r"(64 * box), "r"(row0), "r"(bar)
+        : "memory");
+  }
 }
 
-// nvfp4: the widening warps (thread 0 .. kWidenWarps * 32 - 1) turn raw stage
-// k % kRawStages into key stage k % kStages and pass its info on.
+// bf16 / e4m3: one thread loads the CTA's range, the queries once per tile and
+// each block's boxes by tensor loads into the key ring.
 template <PrefillKeys K>
-__device__ void widen(const Range& range, const std::uint8_t* raw_ring, std::uint8_t* ring, std::uint64_t* full,
-                      std::uint64_t* empty, std::uint64_t* raw_full, std::uint64_t* raw_empty,
-                      const StageInfo* raw_info, StageInfo* info, int thread) {
+__device__ void produce(const Params& p, const CUtensorMap* key_map, const CUtensorMap* query_map, Range range,
+                        std::uint8_t* queries, std::uint8_t* ring, std::uint64_t* full, std::uint64_t* empty,
+                        std::uint64_t* q_full, std::uint64_t* q_empty, StageInfo* info) {
+  Cursor cur(p, range);
+  std::int32_t tiles_loaded = 0;
   for (std::int32_t k = 0; k < range.count; ++k) {
+    StageInfo si = cur.info(p);
+    if (cur.new_tile) {
+      // The queries buffer is free once both consumers are done with the last tile.
+      sm90::mbar_wait(smem_u32(q_empty), (tiles_loaded & 1) ^ 1);
+      load_queries<K>(query_map, queries, q_full, si.row0);
+      ++tiles_loaded;
+    }
+    const int s = k % kStages;
+    sm90::mbar_wait(smem_u32(&empty[s]), ((k / kStages) & 1) ^ 1);
+    const std::int32_t page = p.table.at(cur.t.request, cur.b);
+    const bool ok = page >= 0 && page < p.num_pages;
+    si.page_ok = ok ? 1 : 0;
+    info[s] = si;
+    const std::uint32_t bar = smem_u32(&full[s]);
+    if (!ok) {
+      detail::record_bad(p.check, detail::kBadIndexBlockTable, cur.t.request, cur.b, 0, page, p.num_pages);
+      sm90::mbar_arrive(bar);
+    } else {
+      sm90::mbar_arrive_expect_tx(bar, key_bytes<K>());
+      const std::uint32_t dst = smem_u32(ring + s * key_bytes<K>());
+      sm90::tma_load_3d(dst, key_map, bar, 0, 0, page);
+      if constexpr (K == PrefillKeys::bf16) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, page);
+    }
+    cur.advance(p);
+  }
+}
+
+// nvfp4: the producer warpgroup (thread 0 .. 127) widens raw stage
+// k % kRawStages into key stage k % kStages and passes its info on; thread 0
+// also bulk-copies the pages, kRawStages - 1 blocks ahead, waiting only for a
+// raw stage to be free (the consumers load the queries), so that it widens
+// with the others.
+template <PrefillKeys K>
+__device__ void widen(const Params& p, const Nvfp4Pages& fp4, const Range& range, std::uint8_t* raw_ring,
+                      std::uint8_t* ring, std::uint64_t* full, std::uint64_t* empty, std::uint64_t* raw_full,
+                      std::uint64_t* raw_empty, StageInfo* raw_info, StageInfo* info, int thread) {
+  Cursor cur(p, range);
+  std::int32_t issued = 0;
+  // The load of block `issued` into its raw stage.
+  auto issue = [&]() {
+    const int r = issued % kRawStages;
+    sm90::mbar_wait(smem_u32(&raw_empty[r]), ((issued / kRawStages) & 1) ^ 1);
+    StageInfo si = cur.info(p);
+    const std::int32_t page = p.table.at(cur.t.request, cur.b);
+    const bool ok = page >= 0 && page < p.num_pages;
+    si.page_ok = ok ? 1 : 0;
+    raw_info[r] = si;
+    const std::uint32_t bar = smem_u32(&raw_full[r]);
+    if (!ok) {
+      detail::record_bad(p.check, detail::kBadIndexBlockTable, cur.t.request, cur.b, 0, page, p.num_pages);
+      sm90::mbar_arrive(bar);
+    } else {
+      sm90::mbar_arrive_expect_tx(bar, kRawBytes);
+      sm90::bulk_load(smem_u32(raw_ring + r * kRawBytes), fp4.base + page * fp4.page_bytes, kRawBytes, bar);
+    }
+    cur.advance(p);
+    ++issued;
+  };
+  if (thread == 0) {
+    while (issued < min(range.count, kRawStages - 1)) issue();
+  }
+  for (std::int32_t k = 0; k < range.count; ++k) {
+    // Block k + kRawStages - 1 into the stage block k - 1 held (free once
+    // every warp has widened it).
+    if (thread == 0 && issued < range.count) issue();
     const int s = k % kStages, r = k % kRawStages;
     sm90::mbar_wait(smem_u32(&empty[s]), ((k / kStages) & 1) ^ 1);
     sm90::mbar_wait(smem_u32(&raw_full[r]), (k / kRawStages) & 1);
@@ -350,9 +389,9 @@ __device__ __forceinline__ void block_max(const float (&d)[2][64], const std::in
 // lane g * 4 + c) holds rows 16w + g and 16w + g + 8, columns 8j + 2c, + 1 for
 // j < 16, at d[4j + (0, 1)] and d[4j + (2, 3)].
 template <PrefillKeys K>
-__device__ void consume(const Params& p, float global_scale, const Range& range, const std::uint8_t* queries, const std::uint8_t* ring,
-                        std::uint64_t* full, std::uint64_t* empty, std::uint64_t* q_full, std::uint64_t* q_empty,
-                        const StageInfo* info, int wg, int tid) {
+__device__ void consume(const Params& p, float global_scale, const CUtensorMap* query_map, const Range& range,
+                        std::uint8_t* queries, const std::uint8_t* ring, std::uint64_t* full, std::uint64_t* empty,
+                        std::uint64_t* q_full, std::uint64_t* q_empty, const StageInfo* info, int wg, int tid) {
   const float kNaN = __int_as_float(0x7FFFFFFF);
   constexpr int kSteps = elem_bytes<K>() == 2 ? 8 : 4;  // k16 / k32 steps over the 128 features
   constexpr int kBox = elem_bytes<K>() == 2 ? 64 : 128;   // features per 128-byte row of a box
@@ -376,6 +415,14 @@ __device__ void consume(const Params& p, float global_scale, const Range& range,
       }
     }
     if (si.new_tile) {
+      if constexpr (is_nvfp4<K>()) {
+        // nvfp4: one consumer thread loads a tile's queries once both
+        // consumers are done with the last tile (the producers widen).
+        if (wg == 0 && tid == 0) {
+          sm90::mbar_wait(smem_u32(q_empty), (tiles_seen & 1) ^ 1);
+          load_queries<K>(query_map, queries, q_full, si.row0);
+        }
+      }
       sm90::mbar_wait(smem_u32(q_full), tiles_seen & 1);
       ++tiles_seen;
     }
@@ -491,17 +538,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     sm90::regs_dec<kProducerRegs<K>>();
     if constexpr (is_nvfp4<K>()) {
-      if (tid == 0) {
-        produce<K>(p, fp4, &key_map, &query_map, r, queries, raw_ring, raw_full, raw_empty, &q_full, &q_empty, raw_info);
-      } else if (tid >= 32) {
-        widen<K>(r, raw_ring, ring, full, empty, raw_full, raw_empty, raw_info, info, tid - 32);
-      }
+      widen<K>(p, fp4, r, raw_ring, ring, full, empty, raw_full, raw_empty, raw_info, info, tid);
     } else if (tid == 0) {
-      produce<K>(p, fp4, &key_map, &query_map, r, queries, ring, full, empty, &q_full, &q_empty, info);
+      produce<K>(p, &key_map, &query_map, r, queries, ring, full, empty, &q_full, &q_empty, info);
     }
   } else {
     sm90::regs_inc<kConsumerRegs<K>>();
-    consume<K>(p, fp4.global_scale, r, queries, ring, full, empty, &q_full, &q_empty, info, wg - 1, tid);
+    consume<K>(p, fp4.global_scale, &query_map, r, queries, ring, full, empty, &q_full, &q_empty, info, wg - 1, tid);
   }
 }
 
