@@ -19,9 +19,10 @@
 // once. The top-k follows in select.cu.
 //
 // nvfp4 pages (72-byte rows, no tensor map) are bulk-copied into a ring of
-// raw stages; the producer warpgroup's other three warps widen each into a
-// key stage of the query's type (nvfp4_widen.cuh), which the consumers read as
-// they read bf16 keys. The global scale multiplies the block max.
+// raw stages; the whole producer warpgroup widens each into a key stage of the
+// query's type (nvfp4_widen.cuh), which the consumers read as they read bf16
+// keys, and a consumer thread loads the queries. The global scale multiplies
+// the block max.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
