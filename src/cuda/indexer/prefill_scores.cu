@@ -56,13 +56,13 @@ template <PrefillKeys K>
 constexpr bool is_nvfp4() {
   return K == PrefillKeys::nvfp4_bf16 || K == PrefillKeys::nvfp4_fp16;
 }
-// Elements of the MMA: 8-bit for e4m3, 16-bit otherwise (nvfp4 widened).
 // Registers per thread of the two roles (the CTA's 384 x 168 shared out):
 // nvfp4's widening warps take more for independent groups in flight.
 template <PrefillKeys K>
 constexpr int kProducerRegs = is_nvfp4<K>() ? 56 : 40;
 template <PrefillKeys K>
 constexpr int kConsumerRegs = is_nvfp4<K>() ? 224 : 232;
+// Elements of the MMA: 8-bit for e4m3, 16-bit otherwise (nvfp4 widened).
 template <PrefillKeys K>
 constexpr int elem_bytes() {
   return K == PrefillKeys::e4m3 ? 1 : 2;
