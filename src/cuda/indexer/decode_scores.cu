@@ -10,9 +10,10 @@
 // on one or two requests.
 //
 // A CTA is one producer warp and 6 or 11 consumer warps around a ring of
-// shared-memory stages, one block of index keys each (bf16 and fp8 by TMA
-// tensor loads in the 128-byte swizzle, nvfp4 pages by a bulk copy), with
-// full / empty mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
+// shared-memory stages, one page of index keys each, bulk-copied as it lies
+// in memory (a page is contiguous: one copy reads it at the read ceiling's
+// rate, where the two 128-byte-swizzled tensor boxes of a bf16 page did not),
+// with full / empty mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
 // and scores all 128 keys of a block against the unit's rows with mma.sync:
 // the keys are the M side (8 m-tiles of 16), the unit's rows the N side (1-4
 // n-tiles of 8, their fragments kept in registers while the unit lasts), so a
@@ -22,17 +23,17 @@
 // reduced over the warp at the end; each row's score is written once. The
 // top-k follows in select.cu.
 //
-// Key formats: bf16 by ldmatrix on bf16 tensor cores (fp16 queries as bf16 hi
-// + lo); fp8 e4m3 and nvfp4 converted to fp16 in registers (each lane 32
-// features of a key, exactly, nvfp4 group scales included) on fp16 tensor
-// cores, with the query in fp16 (Unit says how each query dtype gets there).
-// The features of a k-step are then a permuted set, the same for the query.
+// Key formats: each lane loads 32 features of two keys of an m-tile from the
+// page's rows; bf16 multiplies as loaded on bf16 tensor cores (fp16 queries as
+// bf16 hi + lo); fp8 e4m3 and nvfp4 are converted to fp16 in registers
+// (exactly, nvfp4 group scales included) on fp16 tensor cores, with the query
+// in fp16 (Unit says how each query dtype gets there). The features of a
+// k-step are then a permuted set, the same for the query.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include <cuda.h>
 #include <cuda_fp16.h>
 
 #include "cuda/attention/host/prepare_once.hpp"
@@ -47,7 +48,6 @@
 namespace msa::cuda::indexer {
 namespace {
 
-using ::msa::cuda::ldmatrix_x4;
 using ::msa::cuda::smem_u32;
 namespace sm90 = ::msa::cuda::sm90;
 
@@ -159,7 +159,7 @@ struct StageInfo {
 // read 32 at a time (one coalesced load of a run of the unit's block-table
 // row), so that no block waits on a dependent load of its page id.
 template <DecodeKeys K>
-__device__ void produce(const Params& p, const CUtensorMap* map, const Range& range, std::uint8_t* ring,
+__device__ void produce(const Params& p, const Range& range, std::uint8_t* ring,
                         std::uint64_t* full, std::uint64_t* empty, StageInfo* info, int lane) {
   constexpr int S = num_stages<K>();
   std::int32_t u = range.unit, b = range.block, nb = range.count > 0 ? unit_blocks(p, u) : 0;
@@ -181,14 +181,7 @@ __device__ void produce(const Params& p, const CUtensorMap* map, const Range& ra
         sm90::mbar_arrive(bar);
       } else {
         sm90::mbar_arrive_expect_tx(bar, block_bytes<K>());
-        if constexpr (K == DecodeKeys::bf16) {
-          sm90::tma_load_3d(dst, map, bar, 0, 0, page);
-          sm90::tma_load_3d(dst + 16384, map, bar, 64, 0, page);
-        } else if constexpr (K == DecodeKeys::e4m3) {
-          sm90::tma_load_3d(dst, map, bar, 0, 0, page);
-        } else {
-          sm90::bulk_load(dst, p.keys + std::int64_t(page) * p.page_bytes, block_bytes<K>(), bar);
-        }
+        sm90::bulk_load(dst, p.keys + std::int64_t(page) * p.page_bytes, block_bytes<K>(), bar);
       }
     }
     __syncwarp();
@@ -275,18 +268,23 @@ struct Unit {
           }
         }
       } else {
-        const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(p.q) + row * kHeadDim;
+        // The order the keys load in (mma_mtile): 16-byte chunk (i + (c & 2)) & 3
+        // of lane c's 64 bytes for k-steps 2i and 2i + 1, words (0, 1) and (2, 3).
+        const uint4* src = reinterpret_cast<const uint4*>(p.q + (row * kHeadDim + 32 * c) * 2);
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-          // Standard m16n8k16 fragments (the keys come by ldmatrix).
-          const std::uint32_t w0 = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c)) : 0u;
-          const std::uint32_t w1 = have ? __ldg(reinterpret_cast<const std::uint32_t*>(src + 16 * s + 2 * c + 8)) : 0u;
-          if constexpr (Q == DecodeQuery::fp16) {
-            fp16x2_to_bf16x2_split(w0, b[nt][0][s][0], b[nt][1][s][0]);
-            fp16x2_to_bf16x2_split(w1, b[nt][0][s][1], b[nt][1][s][1]);
-          } else {
-            b[nt][0][s][0] = w0;
-            b[nt][0][s][1] = w1;
+        for (int i = 0; i < 4; ++i) {
+          const uint4 v = have ? __ldg(src + ((i + (c & 2)) & 3)) : make_uint4(0, 0, 0, 0);
+          const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int s = 2 * i + h;
+            if constexpr (Q == DecodeQuery::fp16) {
+              fp16x2_to_bf16x2_split(w[2 * h], b[nt][0][s][0], b[nt][1][s][0]);
+              fp16x2_to_bf16x2_split(w[2 * h + 1], b[nt][0][s][1], b[nt][1][s][1]);
+            } else {
+              b[nt][0][s][0] = w[2 * h];
+              b[nt][0][s][1] = w[2 * h + 1];
+            }
           }
         }
       }
@@ -389,29 +387,26 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
       }
     }
   };
-  if constexpr (!U::kConvert) {
-    // ldmatrix from the swizzled tile: lane l addresses key (l & 7) + 8 ((l >> 3) & 1)
-    // of the m-tile and 16-byte chunk 2 (k-step within the 128-byte row) + (l >> 4).
-    const int key = mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+  // Lane (g, c) loads (and converts) features 32c .. 32c + 31 of keys g and g + 8.
+  std::uint32_t f[2][16];  // [key][bf16 / fp16 pairs, in the order of the query's k-steps]
 #pragma unroll
-    for (int s = 0; s < U::kSteps; ++s) {
-      const int box = s >> 2;  // features 0-63, 64-127
-      const int chunk = (s & 3) * 2 + (lane >> 4);
-      std::uint32_t a[4];
-      ldmatrix_x4(a, smem_u32(stage + box * 16384 + key * 128 + ((chunk ^ (lane & 7)) << 4)));
-      mma_all(s, a[0], a[1], a[2], a[3]);
-    }
-  } else {
-    // Lane (g, c) converts features 32c .. 32c + 31 of keys g and g + 8.
-    std::uint32_t f[2][16];  // [key][fp16 pairs, in the order of the query's k-steps]
+  for (int half = 0; half < 2; ++half) {
+    const int key = mt * 16 + g + 8 * half;
+    if constexpr (K == DecodeKeys::bf16) {
+      // 64 bytes of the 256-byte row, 16-byte chunk (i + (c & 2)) & 3 at step i:
+      // the eight lanes of a load phase then meet four bank groups, not two.
+      const std::uint32_t row = smem_u32(stage) + key * 256 + 64 * c;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int key = mt * 16 + g + 8 * half;
+      for (int i = 0; i < 4; ++i) {
+        const uint4 v = lds128(row + 16 * ((i + (c & 2)) & 3));
+        f[half][4 * i] = v.x, f[half][4 * i + 1] = v.y, f[half][4 * i + 2] = v.z, f[half][4 * i + 3] = v.w;
+      }
+    } else {
       if constexpr (K == DecodeKeys::e4m3) {
-        // 32 codes: chunks 2c and 2c + 1 of the swizzled 128-byte row.
+        // 32 codes: chunks 2c and 2c + 1 of the 128-byte row.
         const std::uint32_t row = smem_u32(stage) + key * 128;
-        const uint4 lo = lds128(row + (((2 * c) ^ (key & 7)) << 4));
-        const uint4 hi = lds128(row + (((2 * c + 1) ^ (key & 7)) << 4));
+        const uint4 lo = lds128(row + ((2 * c) << 4));
+        const uint4 hi = lds128(row + ((2 * c + 1) << 4));
         const std::uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
@@ -438,10 +433,10 @@ __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8
         }
       }
     }
-    // k-step s: pairs 2s (rows g, g + 8: a0, a1) and 2s + 1 (a2, a3).
-#pragma unroll
-    for (int s = 0; s < 8; ++s) mma_all(s, f[0][2 * s], f[1][2 * s], f[0][2 * s + 1], f[1][2 * s + 1]);
   }
+  // k-step s: pairs 2s (rows g, g + 8: a0, a1) and 2s + 1 (a2, a3).
+#pragma unroll
+  for (int s = 0; s < 8; ++s) mma_all(s, f[0][2 * s], f[1][2 * s], f[0][2 * s + 1], f[1][2 * s + 1]);
 }
 
 // The NaN-lowest max of each of the unit's first NT n-tiles' columns over the
@@ -544,7 +539,7 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
 
 template <DecodeKeys K, DecodeQuery Q>
 __global__ void __launch_bounds__(num_threads<K>(), 1)
-    decode_scores_kernel(const __grid_constant__ CUtensorMap map, const Params p) {
+    decode_scores_kernel(const Params p) {
   constexpr int S = num_stages<K>();
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ __align__(8) std::uint64_t full[S], empty[S];
@@ -568,27 +563,27 @@ __global__ void __launch_bounds__(num_threads<K>(), 1)
   __syncthreads();
   const Range r = range;
   if (warp == kProducer) {
-    produce<K>(p, &map, r, ring, full, empty, info, lane);
+    produce<K>(p, r, ring, full, empty, info, lane);
   } else {
     consume<K, Q>(p, r, ring, full, empty, info, warp, lane);
   }
 }
 
 template <DecodeKeys K, DecodeQuery Q>
-void launch(const CUtensorMap& map, const Params& p, int grid, cudaStream_t stream) {
+void launch(const Params& p, int grid, cudaStream_t stream) {
   constexpr int smem = kRingBytes + 1024;
   static std::atomic<std::uint64_t> prepared{0};
   attention::once_per_device(prepared, [](int) {
     MSA_CUDA_CHECK(cudaFuncSetAttribute(decode_scores_kernel<K, Q>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   });
-  decode_scores_kernel<K, Q><<<grid, num_threads<K>(), smem, stream>>>(map, p);
+  decode_scores_kernel<K, Q><<<grid, num_threads<K>(), smem, stream>>>(p);
   MSA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void launch_decode_scores(const StepView& step, const IndexerArgs& args, DecodeKeys keys, DecodeQuery query,
-                          const CUtensorMap& map, float* scores, std::int32_t max_blocks, std::int32_t block_limit,
+                          float* scores, std::int32_t max_blocks, std::int32_t block_limit,
                           const DecodeScoreLaunch& launch_args, int grid, std::int64_t* check, cudaStream_t stream) {
   if (launch_args.num_units <= 0 || block_limit <= 0 || grid <= 0) return;
   Params p;
@@ -610,17 +605,17 @@ void launch_decode_scores(const StepView& step, const IndexerArgs& args, DecodeK
   using DQ = DecodeQuery;
   switch (keys) {
     case DK::bf16:
-      if (query == DQ::fp16) launch<DK::bf16, DQ::fp16>(map, p, grid, stream);
-      else launch<DK::bf16, DQ::bf16>(map, p, grid, stream);
+      if (query == DQ::fp16) launch<DK::bf16, DQ::fp16>(p, grid, stream);
+      else launch<DK::bf16, DQ::bf16>(p, grid, stream);
       break;
     case DK::e4m3:
-      if (query == DQ::e4m3) launch<DK::e4m3, DQ::e4m3>(map, p, grid, stream);
-      else if (query == DQ::fp16) launch<DK::e4m3, DQ::fp16>(map, p, grid, stream);
-      else launch<DK::e4m3, DQ::bf16>(map, p, grid, stream);
+      if (query == DQ::e4m3) launch<DK::e4m3, DQ::e4m3>(p, grid, stream);
+      else if (query == DQ::fp16) launch<DK::e4m3, DQ::fp16>(p, grid, stream);
+      else launch<DK::e4m3, DQ::bf16>(p, grid, stream);
       break;
     case DK::nvfp4:
-      if (query == DQ::fp16) launch<DK::nvfp4, DQ::fp16>(map, p, grid, stream);
-      else launch<DK::nvfp4, DQ::bf16>(map, p, grid, stream);
+      if (query == DQ::fp16) launch<DK::nvfp4, DQ::fp16>(p, grid, stream);
+      else launch<DK::nvfp4, DQ::bf16>(p, grid, stream);
       break;
   }
 }

@@ -1,7 +1,6 @@
 // The decode / verify block-score kernel of the indexer (decode_scores.cu).
 #pragma once
 
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -35,11 +34,11 @@ inline bool decode_scores_support(DecodeKeys keys, DecodeQuery query) {
 // (nvfp4: times the cache's global scale), -inf where the block lies beyond
 // the row's position; NaN where the block table points outside the cache
 // (recorded in `check`). Columns beyond a request's blocks are left as they are.
-//   map:    the index cache's tensor map (bf16 / e4m3; unused for nvfp4)
+// The cache's base and page stride must be 16-byte aligned (pages are bulk-copied).
 //   scores: [num_tokens, num_kv_heads, max_blocks]
 //   grid:   CTAs (one per SM; each takes an equal share of the blocks)
 void launch_decode_scores(const StepView& step, const IndexerArgs& args, DecodeKeys keys, DecodeQuery query,
-                          const CUtensorMap& map, float* scores, std::int32_t max_blocks, std::int32_t block_limit,
+                          float* scores, std::int32_t max_blocks, std::int32_t block_limit,
                           const DecodeScoreLaunch& launch, int grid, std::int64_t* check, cudaStream_t stream);
 
 }  // namespace msa::cuda::indexer

@@ -21,22 +21,7 @@ namespace msa::cuda {
 namespace {
 
 constexpr std::size_t kWorkspaceAlign = 256;
-constexpr std::int32_t kDecodeBlocksPerSplit = 16;   // 4 per warp
 constexpr std::int32_t kPrefillBlocksPerSplit = 32;  // each warp walks all of them
-
-// Blocks per CTA of a decode launch: kDecodeBlocksPerSplit, halved (down to
-// one block per warp) while the launch would have fewer CTAs than the GPU has
-// SMs. A decode CTA reads its blocks and nothing else, so few requests need
-// the split to keep enough loads in flight: one request at 128K tokens made 64
-// CTAs of 16 blocks (28% of the DRAM bandwidth, ncu). More CTAs of fewer
-// blocks cost where the GPU is full already (32 requests at 8K: 9% slower at
-// four CTAs per SM than at one).
-std::int32_t decode_blocks_per_split(std::int64_t tiles, std::int32_t blocks) {
-  const int sms = device_sm_count();
-  std::int32_t per = kDecodeBlocksPerSplit;
-  while (per > 4 && tiles * ((blocks + per - 1) / per) < std::int64_t(sms)) per /= 2;
-  return per;
-}
 
 std::size_t scores_bytes(std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t max_blocks) {
   const std::size_t b = std::size_t(num_tokens) * std::size_t(num_kv_heads) * std::size_t(max_blocks) *
@@ -93,35 +78,24 @@ indexer::DecodeScoreLaunch decode_units(const StepView& step, std::int32_t heads
   return l;
 }
 
-// Mma.sync block scores of rows [row_begin, row_end) (scores.cu): the path of
-// the pairs the Hopper kernels do not take.
+// Mma.sync block scores of the prefill rows [row_begin, row_end) (scores.cu):
+// the path of the pairs the wgmma kernel does not take.
 void legacy_scores(const StepView& step, const IndexerArgs& args, float* scores, std::int32_t max_blocks,
-                   std::int32_t block_limit, std::int64_t row_begin, std::int64_t row_end, bool decode,
-                   std::int64_t* check, cudaStream_t s) {
+                   std::int32_t block_limit, std::int64_t row_begin, std::int64_t row_end, std::int64_t* check,
+                   cudaStream_t s) {
   MSA_CHECK(is_half(args.iq_dtype),
             "indexer: iq_dtype = ", dtype_name(args.iq_dtype), " with an index cache of ", dtype_name(args.cache.dtype),
             " needs the Hopper kernels, which cannot map this index cache (base or page_stride not 16-byte aligned?)");
-  const std::int64_t H = args.num_kv_heads;
+  // Consecutive 16-row tiles (a tile may span short requests), four tiles per
+  // CTA walking the same blocks.
   indexer::ScoreLaunch l;
   l.row_begin = row_begin;
   l.row_end = row_end;
-  if (decode) {
-    // One unit per request, the 4 warps of a CTA on one tile, blocks
-    // interleaved between them and split over grid.y.
-    l.unit_rows = std::int64_t(step.decode_query_len) * H;
-    l.tiles_per_unit = (l.unit_rows + 15) / 16;
-    l.num_tiles = std::int64_t(step.num_decodes) * l.tiles_per_unit;
-    l.tiles_per_cta = 1;
-    l.blocks_per_split = decode_blocks_per_split(l.num_tiles, block_limit);
-  } else {
-    // Consecutive 16-row tiles (a tile may span short requests), four tiles
-    // per CTA walking the same blocks.
-    l.unit_rows = row_end - row_begin;
-    l.tiles_per_unit = (l.unit_rows + 15) / 16;
-    l.num_tiles = l.tiles_per_unit;
-    l.tiles_per_cta = 4;
-    l.blocks_per_split = kPrefillBlocksPerSplit;
-  }
+  l.unit_rows = row_end - row_begin;
+  l.tiles_per_unit = (l.unit_rows + 15) / 16;
+  l.num_tiles = l.tiles_per_unit;
+  l.tiles_per_cta = 4;
+  l.blocks_per_split = kPrefillBlocksPerSplit;
   indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check, s);
 }
 
@@ -156,23 +130,18 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
   const auto s = static_cast<cudaStream_t>(stream);
   const int sms = device_sm_count();
 
-  // The index cache's tensor map (bf16 / fp8): both Hopper kernels load through it.
-  CUtensorMap key_map{};
-  const bool have_map = kd != DType::nvfp4 && indexer::make_index_map(args.cache, key_map);
-
   // Decode (and verify) rows: the persistent decode kernel, every request's
-  // blocks read once for all its rows.
+  // pages bulk-copied and read once for all its rows.
   const std::int64_t decode_rows = std::int64_t(step.num_decode_tokens) * H;
   if (decode_rows > 0 && block_limit > 0) {
-    if (kd == DType::nvfp4 || have_map) {
-      const indexer::DecodeScoreLaunch l = decode_units(step, args.num_kv_heads, decode_query(qd));
-      const std::int64_t work = std::int64_t(l.num_units) * block_limit;
-      indexer::launch_decode_scores(step, args, decode_keys(kd), decode_query(qd), key_map, scores, max_blocks,
-                                    block_limit, l, int(std::min<std::int64_t>(sms, work)), check.buffer, s);
-    } else {
-      legacy_scores(step, args, scores, max_blocks, block_limit, 0, decode_rows, true, check.buffer, s);
-    }
+    const indexer::DecodeScoreLaunch l = decode_units(step, args.num_kv_heads, decode_query(qd));
+    const std::int64_t work = std::int64_t(l.num_units) * block_limit;
+    indexer::launch_decode_scores(step, args, decode_keys(kd), decode_query(qd), scores, max_blocks, block_limit, l,
+                                  int(std::min<std::int64_t>(sms, work)), check.buffer, s);
   }
+  // The index cache's tensor map (bf16 / fp8), for the prefill kernel.
+  CUtensorMap key_map{};
+  const bool have_map = kd != DType::nvfp4 && indexer::make_index_map(args.cache, key_map);
   // Prefill rows: the wgmma kernel for bf16 queries on a bf16 cache, fp8
   // queries on an fp8 cache and bf16 / fp16 queries on an nvfp4 cache (its
   // pages widened in shared memory); the mma.sync tiles otherwise.
@@ -193,7 +162,7 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
       indexer::launch_prefill_scores(step, args, keys, key_map, query_map, scores, max_blocks, block_limit,
                                      int(std::min<std::int64_t>(sms, tiles * block_limit)), check.buffer, s);
     } else {
-      legacy_scores(step, args, scores, max_blocks, block_limit, decode_rows, all_rows, false, check.buffer, s);
+      legacy_scores(step, args, scores, max_blocks, block_limit, decode_rows, all_rows, check.buffer, s);
     }
   }
   indexer::launch_select(step, scores, scores, max_blocks, block_limit, args.num_kv_heads, args.out,

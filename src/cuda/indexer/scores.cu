@@ -15,10 +15,11 @@
 // their group scale (the global scale multiplies the block's max). An fp16 query is split
 // into bf16 hi + lo (exact) and costs two MMAs per k-step.
 //
-// Decode launches put the 4 warps of a CTA on one tile (a request's rows) and
-// interleave the blocks between them; prefill launches give each warp its own
-// tile and let all 4 walk the same blocks, so the key block is read from L2
-// once and served from L1 to the others. grid.y splits the blocks.
+// The indexer launches it for the prefill rows the wgmma kernel does not take
+// (prefill_scores.cu): each warp has its own tile and all 4 walk the same
+// blocks, so the key block is read from L2 once and served from L1 to the
+// others. A launch of one tile per CTA (tiles_per_cta = 1) interleaves the
+// blocks between the 4 warps instead. grid.y splits the blocks.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
