@@ -68,18 +68,24 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], std::uint64_t a, std::u
 }
 
 // d (+)= A (64 x 16 from registers: the m16n8k16 A fragment of each warp's 16
-// rows) x B (16 x 128: an MN-major tile at descriptor b, rows = K).
-#define MSA_WGMMA_RS(TYPE)                                                                         \
+// rows) x B (16 x 128 at descriptor b: an MN-major tile, rows = K, or with
+// kKMajorB a K-major 128 x 16 tile as wgmma_ss's B).
+#define MSA_WGMMA_RS(TYPE, TRANS_B)                                                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                      \
                "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " " MSA_WGMMA_D_REGS \
-               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                   \
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, " TRANS_B ";\n}\n"                        \
                : MSA_WGMMA_D                                                                      \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate))
-template <bool kFp16>
+template <bool kFp16, bool kKMajorB = false>
 __device__ __forceinline__ void wgmma_rs(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b,
                                          int accumulate) {
-  if constexpr (kFp16) MSA_WGMMA_RS("f16");
-  else MSA_WGMMA_RS("bf16");
+  if constexpr (kKMajorB) {
+    if constexpr (kFp16) MSA_WGMMA_RS("f16", "0");
+    else MSA_WGMMA_RS("bf16", "0");
+  } else {
+    if constexpr (kFp16) MSA_WGMMA_RS("f16", "1");
+    else MSA_WGMMA_RS("bf16", "1");
+  }
 }
 #undef MSA_WGMMA_SS
 #undef MSA_WGMMA_RS

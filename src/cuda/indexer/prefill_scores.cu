@@ -10,13 +10,16 @@
 //
 // A CTA is a producer warpgroup (one thread issues the TMA loads: the tile's
 // queries once per tile, then the key blocks through the block table into a
-// ring of stages) and two consumer warpgroups of 128 rows each. Per block a
-// consumer issues wgmma m64n128 (k16 bf16 / fp16, or k32 fp8 e4m3) for its two
-// m64 halves from shared memory (queries and keys in the TMA's 128-byte
-// swizzle), waits, frees the stage, and reduces each row of its 128 x 128
-// fp32 accumulator to the block's max in registers (masking keys beyond the
-// row's position only in blocks that need it); each row's score is written
-// once. The top-k follows in select.cu.
+// ring of stages) and two consumer warpgroups of 128 rows each. At a tile's
+// start a consumer takes its rows' query fragments from shared memory into
+// registers (ldmatrix) and hands the buffer back, so that the next tile's
+// queries load while it works and its MMAs read only the keys from shared
+// memory. Per block it issues wgmma m64n128 (k16 bf16 / fp16, or k32 fp8
+// e4m3) for its two m64 halves, A from registers and the keys from the stage
+// (in the TMA's 128-byte swizzle), waits, frees the stage, and reduces each
+// row of its 128 x 128 fp32 accumulator to the block's max in registers
+// (masking keys beyond the row's position only in blocks that need it); each
+// row's score is written once. The top-k follows in select.cu.
 //
 // nvfp4 pages (72-byte rows, no tensor map) are bulk-copied into a ring of
 // raw stages; the whole producer warpgroup widens each into a key stage of the
@@ -41,6 +44,7 @@
 namespace msa::cuda::indexer {
 namespace {
 
+using ::msa::cuda::ldmatrix_x4;
 using ::msa::cuda::smem_u32;
 namespace sm90 = ::msa::cuda::sm90;
 
@@ -82,15 +86,18 @@ constexpr int smem_bytes() {
          1024;  // + alignment slack
 }
 
-// d (64 x 128 fp32) (+)= A (64 x 32 e4m3, K-major at descriptor a) x B (128 x 32 e4m3, K-major at b).
-__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], std::uint64_t a, std::uint64_t b, int accumulate) {
+// d (64 x 128 fp32) (+)= A (64 x 32 e4m3 from registers: each warp's 16 rows,
+// lane (g, c) rows g and g + 8, bytes 4c .. 4c + 3 and 16 + 4c ..) x B (128 x 32
+// e4m3, K-major at descriptor b).
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], const std::uint32_t (&a)[4], std::uint64_t b,
+                                           int accumulate) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
       "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
       "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n}\n"
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -99,7 +106,7 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[64], std::uint64_t a, std:
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b), "r"(accumulate));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
 }
 
 struct Params {
@@ -194,7 +201,6 @@ struct StageInfo {
   std::int32_t block;
   std::int32_t page_ok;
   std::int32_t new_tile;  // first block of a tile in this CTA: wait for its queries
-  std::int32_t tile_end;  // last block of its tile: the queries buffer is free after it
   std::int32_t row0;      // the tile's first row (t * H + h)
   std::int32_t rows;      // its rows (<= 256)
   std::int32_t row_in_req;  // row0's index among its request's rows
@@ -220,7 +226,6 @@ struct Cursor {
     si.block = b;
     si.page_ok = 0;
     si.new_tile = new_tile ? 1 : 0;
-    si.tile_end = b + 1 == nb ? 1 : 0;
     si.row_in_req = t.index * kTile;
     si.row0 = p.step.query_start[r] * p.num_heads + si.row_in_req;
     si.rows = min(kTile, qlen * p.num_heads - si.row_in_req);
@@ -272,7 +277,7 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
   for (std::int32_t k = 0; k < range.count; ++k) {
     StageInfo si = cur.info(p);
     if (cur.new_tile) {
-      // The queries buffer is free once both consumers are done with the last tile.
+      // The queries buffer is free once every consumer warp holds the last tile's in registers.
       sm90::mbar_wait(smem_u32(q_empty), (tiles_loaded & 1) ^ 1);
       load_queries<K>(query_map, queries, q_full, si.row0);
       ++tiles_loaded;
@@ -396,9 +401,12 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
   const float kNaN = __int_as_float(0x7FFFFFFF);
   constexpr int kSteps = elem_bytes<K>() == 2 ? 8 : 4;  // k16 / k32 steps over the 128 features
   constexpr int kBox = elem_bytes<K>() == 2 ? 64 : 128;   // features per 128-byte row of a box
+  constexpr int kPerBox = kSteps * kBox / kHeadDim;        // k-steps per box
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   std::int32_t tiles_seen = 0;
   float d[2][64];
+  // The tile's query fragments, the A operand from registers: [m64 half][k-step][4].
+  std::uint32_t a[2][kSteps][4];
   // Positions of this thread's four rows in the current tile (-1: no row).
   std::int32_t pos[2][2] = {{-1, -1}, {-1, -1}};
   for (std::int32_t k = 0; k < range.count; ++k) {
@@ -417,8 +425,8 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
     }
     if (si.new_tile) {
       if constexpr (is_nvfp4<K>()) {
-        // nvfp4: one consumer thread loads a tile's queries once both
-        // consumers are done with the last tile (the producers widen).
+        // nvfp4: one consumer thread loads a tile's queries once every
+        // consumer warp holds the last tile's (the producers widen).
         if (wg == 0 && tid == 0) {
           sm90::mbar_wait(smem_u32(q_empty), (tiles_seen & 1) ^ 1);
           load_queries<K>(query_map, queries, q_full, si.row0);
@@ -426,6 +434,23 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
       }
       sm90::mbar_wait(smem_u32(q_full), tiles_seen & 1);
       ++tiles_seen;
+      // ldmatrix (the warp converged after its wait): lane l addresses row
+      // (l & 7) + 8 ((l >> 3) & 1) of its warp's 16 rows of a half and 16-byte
+      // chunk (l >> 4) of the k-step's two.
+      __syncwarp();
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int row = wg * 128 + m * 64 + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int st = 0; st < kSteps; ++st) {
+          const int box = st / kPerBox, chunk = 2 * (st % kPerBox) + (lane >> 4);
+          ldmatrix_x4(a[m][st], smem_u32(queries + box * (query_bytes<K>() / (kHeadDim / kBox)) + row * 128 +
+                                         ((chunk ^ (row & 7)) << 4)));
+        }
+      }
+      // The queries are in registers: the buffer may take the next tile's.
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(smem_u32(q_empty));
     }
     {
       // A stage whose page was out of range holds stale keys: multiplied
@@ -435,17 +460,13 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
 #pragma unroll
       for (int st = 0; st < kSteps; ++st) {
         // Features of k-step st: box (st * 16 or 32) / kBox, byte 32 * (st % steps per box) of its rows.
-        constexpr int kPerBox = kSteps * kBox / kHeadDim;
         const int box = st / kPerBox, col = 32 * (st % kPerBox);
         const std::uint32_t b_addr = smem_u32(stage + box * (key_bytes<K>() / (kHeadDim / kBox)) + col);
         const std::uint64_t bd = sm90::sw128_desc(b_addr, 16, 1024).at(0);
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
-          const std::uint32_t a_addr =
-              smem_u32(queries + box * (query_bytes<K>() / (kHeadDim / kBox)) + (wg * 128 + m * 64) * 128 + col);
-          const std::uint64_t ad = sm90::sw128_desc(a_addr, 16, 1024).at(0);
-          if constexpr (K == PrefillKeys::e4m3) wgmma_e4m3(d[m], ad, bd, st > 0);
-          else sm90::wgmma_ss<K == PrefillKeys::nvfp4_fp16>(d[m], ad, bd, st > 0);
+          if constexpr (K == PrefillKeys::e4m3) wgmma_e4m3(d[m], a[m][st], bd, st > 0);
+          else sm90::wgmma_rs<K == PrefillKeys::nvfp4_fp16, true>(d[m], a[m][st], bd, st > 0);
         }
       }
       sm90::wgmma_commit();
@@ -453,13 +474,10 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
     sm90::wgmma_wait<0>();
     sm90::fence_registers(d[0]);
     sm90::fence_registers(d[1]);
-    // The stage (and after a tile's last block, the queries) is free once
-    // every consumer warp is past its wait: one arrival per warp, no barrier.
+    // The stage is free once every consumer warp is past its wait: one
+    // arrival per warp, no barrier.
     __syncwarp();
-    if (lane == 0) {
-      sm90::mbar_arrive(smem_u32(&empty[s]));
-      if (si.tile_end) sm90::mbar_arrive(smem_u32(q_empty));
-    }
+    if (lane == 0) sm90::mbar_arrive(smem_u32(&empty[s]));
     const std::int32_t first_key = si.block * kBlockSize;
     // Only a tile's last blocks hold keys beyond some of its rows: the masked
     // reduction is a separate branch, so that the others skip its selects.
