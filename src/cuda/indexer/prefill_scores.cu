@@ -359,41 +359,44 @@ __device__ void widen(const Params& p, const Nvfp4Pages& fp4, const Range& range
   }
 }
 
-// NaN-lowest max of this thread's 32 columns of each of its four rows (a tree),
-// keys past the row's position NaN when Masked.
-//   d: [2][64] accumulators (layout below), pos: [2][2] row positions (-1: none),
-//   mx: [2][2] out, per m64 half and row half
+// NaN-lowest max of this thread's 32 columns of each of its two rows of an
+// m64 half (a tree), keys past the row's position NaN when Masked.
+//   d: [64] the half's accumulators (layout below), pos: [2] row positions (-1: none),
+//   mx: [2] out, per row
 template <bool Masked>
-__device__ __forceinline__ void block_max(const float (&d)[2][64], const std::int32_t (&pos)[2][2],
-                                          std::int32_t first_key, int c, float (&mx)[2][2]) {
+__device__ __forceinline__ void block_max(const float (&d)[64], const std::int32_t (&pos)[2], std::int32_t first_key,
+                                          int c, float (&mx)[2]) {
   const float kNaN = __int_as_float(0x7FFFFFFF);
 #pragma unroll
-  for (int m = 0; m < 2; ++m) {
+  for (int half = 0; half < 2; ++half) {
+    float v[16];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float v[16];
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        float v0 = d[m][4 * j + 2 * half], v1 = d[m][4 * j + 2 * half + 1];
-        if constexpr (Masked) {
-          const std::int32_t lim = pos[m][half] - first_key;
-          if (8 * j + 2 * c > lim) v0 = kNaN;
-          if (8 * j + 2 * c + 1 > lim) v1 = kNaN;
-        }
-        v[j] = fmaxf(v0, v1);
+    for (int j = 0; j < 16; ++j) {
+      float v0 = d[4 * j + 2 * half], v1 = d[4 * j + 2 * half + 1];
+      if constexpr (Masked) {
+        const std::int32_t lim = pos[half] - first_key;
+        if (8 * j + 2 * c > lim) v0 = kNaN;
+        if (8 * j + 2 * c + 1 > lim) v1 = kNaN;
       }
-#pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
-      mx[m][half] = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
+      v[j] = fmaxf(v0, v1);
     }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = fmaxf(v[j], v[j + 8]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = fmaxf(v[j], v[j + 4]);
+    mx[half] = fmaxf(fmaxf(v[0], v[2]), fmaxf(v[1], v[3]));
   }
 }
 
 // The accumulator of a consumer's m64 half: thread (warp w of the warpgroup,
 // lane g * 4 + c) holds rows 16w + g and 16w + g + 8, columns 8j + 2c, + 1 for
 // j < 16, at d[4j + (0, 1)] and d[4j + (2, 3)].
+//
+// bf16 and e4m3 pipeline the two halves over pairs of blocks: while half 0 of
+// block k is reduced, half 1 of block k multiplies; while half 1 is reduced,
+// half 0 of block k + 1 multiplies, and so on to the pair's end. A half's
+// query fragments and row positions change at a new tile only once its own
+// MMAs of the old tile are done.
 template <PrefillKeys K>
 __device__ void consume(const Params& p, float global_scale, const CUtensorMap* query_map, const Range& range,
                         std::uint8_t* queries, const std::uint8_t* ring, std::uint64_t* full, std::uint64_t* empty,
@@ -407,101 +410,164 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
   float d[2][64];
   // The tile's query fragments, the A operand from registers: [m64 half][k-step][4].
   std::uint32_t a[2][kSteps][4];
-  // Positions of this thread's four rows in the current tile (-1: no row).
+  // Positions of this thread's two rows of each half in its tile (-1: no row).
   std::int32_t pos[2][2] = {{-1, -1}, {-1, -1}};
-  for (std::int32_t k = 0; k < range.count; ++k) {
-    const int s = k % kStages;
-    sm90::mbar_wait(smem_u32(&full[s]), (k / kStages) & 1);
-    const StageInfo si = info[s];
-    if (si.new_tile || k == 0) {
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
-          pos[m][half] = local < si.rows ? si.pos_req + (si.row_in_req + local) / p.num_heads : -1;
-        }
+
+  // Block k's stage, once its keys landed.
+  auto wait_stage = [&](std::int32_t k) {
+    sm90::mbar_wait(smem_u32(&full[k % kStages]), (k / kStages) & 1);
+    return info[k % kStages];
+  };
+  // A new tile's queries in shared memory (nvfp4: one consumer thread loads
+  // them once every consumer warp holds the last tile's).
+  auto wait_queries = [&](const StageInfo& si) {
+    if constexpr (is_nvfp4<K>()) {
+      if (wg == 0 && tid == 0) {
+        sm90::mbar_wait(smem_u32(q_empty), (tiles_seen & 1) ^ 1);
+        load_queries<K>(query_map, queries, q_full, si.row0);
       }
     }
-    if (si.new_tile) {
-      if constexpr (is_nvfp4<K>()) {
-        // nvfp4: one consumer thread loads a tile's queries once every
-        // consumer warp holds the last tile's (the producers widen).
-        if (wg == 0 && tid == 0) {
-          sm90::mbar_wait(smem_u32(q_empty), (tiles_seen & 1) ^ 1);
-          load_queries<K>(query_map, queries, q_full, si.row0);
-        }
-      }
-      sm90::mbar_wait(smem_u32(q_full), tiles_seen & 1);
-      ++tiles_seen;
-      // ldmatrix (the warp converged after its wait): lane l addresses row
-      // (l & 7) + 8 ((l >> 3) & 1) of its warp's 16 rows of a half and 16-byte
-      // chunk (l >> 4) of the k-step's two.
-      __syncwarp();
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const int row = wg * 128 + m * 64 + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-        for (int st = 0; st < kSteps; ++st) {
-          const int box = st / kPerBox, chunk = 2 * (st % kPerBox) + (lane >> 4);
-          ldmatrix_x4(a[m][st], smem_u32(queries + box * (query_bytes<K>() / (kHeadDim / kBox)) + row * 128 +
-                                         ((chunk ^ (row & 7)) << 4)));
-        }
-      }
-      // The queries are in registers: the buffer may take the next tile's.
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(smem_u32(q_empty));
-    }
-    {
-      // A stage whose page was out of range holds stale keys: multiplied
-      // anyway (no branch around the wgmma group), its scores discarded.
-      const std::uint8_t* stage = ring + s * key_bytes<K>();
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int st = 0; st < kSteps; ++st) {
-        // Features of k-step st: box (st * 16 or 32) / kBox, byte 32 * (st % steps per box) of its rows.
-        const int box = st / kPerBox, col = 32 * (st % kPerBox);
-        const std::uint32_t b_addr = smem_u32(stage + box * (key_bytes<K>() / (kHeadDim / kBox)) + col);
-        const std::uint64_t bd = sm90::sw128_desc(b_addr, 16, 1024).at(0);
-#pragma unroll
-        for (int m = 0; m < 2; ++m) {
-          if constexpr (K == PrefillKeys::e4m3) wgmma_e4m3(d[m], a[m][st], bd, st > 0);
-          else sm90::wgmma_rs<K == PrefillKeys::nvfp4_fp16, true>(d[m], a[m][st], bd, st > 0);
-        }
-      }
-      sm90::wgmma_commit();
-    }
-    sm90::wgmma_wait<0>();
-    sm90::fence_registers(d[0]);
-    sm90::fence_registers(d[1]);
-    // The stage is free once every consumer warp is past its wait: one
-    // arrival per warp, no barrier.
+    sm90::mbar_wait(smem_u32(q_full), tiles_seen & 1);
+    ++tiles_seen;
+  };
+  // Half m's query fragments and row positions of the tile of si. ldmatrix
+  // (the warp converged first): lane l addresses row (l & 7) + 8 ((l >> 3) & 1)
+  // of its warp's 16 rows of the half and 16-byte chunk (l >> 4) of the k-step's two.
+  auto take_half = [&](int m, const StageInfo& si) {
     __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(smem_u32(&empty[s]));
+    const int row = wg * 128 + m * 64 + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      const int box = st / kPerBox, chunk = 2 * (st % kPerBox) + (lane >> 4);
+      ldmatrix_x4(a[m][st], smem_u32(queries + box * (query_bytes<K>() / (kHeadDim / kBox)) + row * 128 +
+                                     ((chunk ^ (row & 7)) << 4)));
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+      pos[m][half] = local < si.rows ? si.pos_req + (si.row_in_req + local) / p.num_heads : -1;
+    }
+  };
+  // The queries are in registers: the buffer may take the next tile's.
+  auto hand_back_queries = [&]() {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(smem_u32(q_empty));
+  };
+  // Half m of block k: its MMAs as one commit group. A stage whose page was
+  // out of range holds stale keys: multiplied anyway (no branch around the
+  // group), its scores discarded.
+  auto issue = [&](int m, std::int32_t k) {
+    const std::uint8_t* stage = ring + (k % kStages) * key_bytes<K>();
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      // Features of k-step st: box (st * 16 or 32) / kBox, byte 32 * (st % steps per box) of its rows.
+      const int box = st / kPerBox, col = 32 * (st % kPerBox);
+      const std::uint32_t b_addr = smem_u32(stage + box * (key_bytes<K>() / (kHeadDim / kBox)) + col);
+      const std::uint64_t bd = sm90::sw128_desc(b_addr, 16, 1024).at(0);
+      if constexpr (K == PrefillKeys::e4m3) wgmma_e4m3(d[m], a[m][st], bd, st > 0);
+      else sm90::wgmma_rs<K == PrefillKeys::nvfp4_fp16, true>(d[m], a[m][st], bd, st > 0);
+    }
+    sm90::wgmma_commit();
+  };
+  // Half m's block max of block si.block, written once per row.
+  auto reduce = [&](int m, const StageInfo& si) {
     const std::int32_t first_key = si.block * kBlockSize;
     // Only a tile's last blocks hold keys beyond some of its rows: the masked
     // reduction is a separate branch, so that the others skip its selects.
-    float mx[2][2];
+    float mx[2];
     if (!si.page_ok) {
-      mx[0][0] = mx[0][1] = mx[1][0] = mx[1][1] = kNaN;
+      mx[0] = mx[1] = kNaN;
     } else if (first_key + kBlockSize - 1 > si.pos0) {
-      block_max<true>(d, pos, first_key, c, mx);
+      block_max<true>(d[m], pos[m], first_key, c, mx);
     } else {
-      block_max<false>(d, pos, first_key, c, mx);
+      block_max<false>(d[m], pos[m], first_key, c, mx);
     }
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        float v = mx[m][half];
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-        if constexpr (is_nvfp4<K>()) v *= global_scale;
-        const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
-        if (c == half && pos[m][half] >= 0) {
-          p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] =
-              first_key > pos[m][half] ? -INFINITY : v;
+    for (int half = 0; half < 2; ++half) {
+      float v = mx[half];
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+      if constexpr (is_nvfp4<K>()) v *= global_scale;
+      const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+      if (c == half && pos[m][half] >= 0) {
+        p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] = first_key > pos[m][half] ? -INFINITY : v;
+      }
+    }
+  };
+
+  // Block k's stage is free once every consumer warp is past both its
+  // halves: one arrival per warp, no barrier.
+  auto release = [&](std::int32_t k) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(smem_u32(&empty[k % kStages]));
+  };
+  // A block's stage and, at a new tile, the tile's queries into registers.
+  auto start_block = [&](std::int32_t k) {
+    const StageInfo si = wait_stage(k);
+    if (si.new_tile) {
+      wait_queries(si);
+      take_half(0, si);
+      take_half(1, si);
+      hand_back_queries();
+    }
+    return si;
+  };
+  if constexpr (is_nvfp4<K>()) {
+    // nvfp4 waits on its widening: a block's stage goes back as soon as its
+    // MMAs are done, before any wait for the next (the pairs below would hold
+    // it until the next block is widened).
+    for (std::int32_t k = 0; k < range.count; ++k) {
+      const StageInfo cur = start_block(k);
+      issue(0, k);
+      issue(1, k);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(d[0]);
+      sm90::fence_registers(d[1]);
+      release(k);
+      reduce(0, cur);
+      reduce(1, cur);
+    }
+  } else {
+    // Blocks in pairs, every group waited for within the pair (ptxas serializes
+    // wgmma whose groups stay in flight around a loop).
+    for (std::int32_t k = 0; k < range.count; k += 2) {
+      const StageInfo cur = start_block(k);
+      issue(0, k);
+      issue(1, k);
+      sm90::wgmma_wait<1>();
+      sm90::fence_registers(d[0]);
+      reduce(0, cur);
+      if (k + 1 < range.count) {
+        // Half 0 of block k + 1 multiplies while half 1 of block k is reduced,
+        // and half 1 of block k + 1 while half 0 of it is.
+        const StageInfo next = wait_stage(k + 1);
+        if (next.new_tile) {
+          wait_queries(next);
+          take_half(0, next);
         }
+        issue(0, k + 1);
+        sm90::wgmma_wait<1>();
+        sm90::fence_registers(d[1]);
+        release(k);
+        reduce(1, cur);
+        if (next.new_tile) {
+          take_half(1, next);
+          hand_back_queries();
+        }
+        issue(1, k + 1);
+        sm90::wgmma_wait<1>();
+        sm90::fence_registers(d[0]);
+        reduce(0, next);
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(d[1]);
+        release(k + 1);
+        reduce(1, next);
+      } else {
+        sm90::wgmma_wait<0>();
+        sm90::fence_registers(d[1]);
+        release(k);
+        reduce(1, cur);
       }
     }
   }
