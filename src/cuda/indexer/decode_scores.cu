@@ -11,9 +11,9 @@
 //
 // A CTA is one producer warp and 6 or 11 consumer warps around a ring of
 // shared-memory stages, one page of index keys each, bulk-copied as it lies
-// in memory (a page is contiguous: one copy reads it at the read ceiling's
-// rate, where the two 128-byte-swizzled tensor boxes of a bf16 page did not),
-// with full / empty mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
+// in memory (a page is contiguous: one copy of it reads faster than the two
+// 128-byte-swizzled tensor boxes a bf16 page takes), with full / empty
+// mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
 // and scores all 128 keys of a block against the unit's rows with mma.sync:
 // the keys are the M side (8 m-tiles of 16), the unit's rows the N side (1-4
 // n-tiles of 8, their fragments kept in registers while the unit lasts), so a
