@@ -579,6 +579,32 @@ TEST(CudaIndexer, Nvfp4KeysDecodePartialBlocksAndScales) {
   }
 }
 
+// nvfp4 keys in units of one row (one decode token, one KV head: seven of the
+// MMA's eight columns hold no row): padding requests, partial last blocks, a
+// global scale that is not a power of two, bf16 and fp16 queries, and every
+// key of a request alike (ties).
+TEST(CudaIndexer, Nvfp4KeysOneRowUnits) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(78);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (DType iq : {DType::bf16, DType::fp16}) {
+    for (bool ties : {false, true}) {
+      Shape sh;
+      sh.query_lens = {1, 1, 1, 1, 1, 1, 1};
+      sh.seq_lens = {1, 127, 128, 0, 129, small ? 700 : 5000, small ? 300 : 9000};
+      sh.heads = 1;
+      sh.keys = DType::nvfp4;
+      sh.iq = iq;
+      sh.global_scale = iq == DType::fp16 ? 1.0f / 256.0f : 0.0173f;
+      sh.ties = ties;
+      sh.seed = s++;
+      check_shape(sh);
+    }
+  }
+}
+
 // fp8 e4m3 queries on an fp8 cache: verify rows of 2 and 4 tokens with padding
 // requests and partial last blocks, through a head-major top-k view.
 TEST(CudaIndexer, Fp8QueriesVerifyHeadMajor) {
