@@ -17,16 +17,16 @@
 namespace msa::cuda::indexer {
 
 // How one launch of the score kernel cuts its rows into 16-row warp tiles.
-// Rows [row_begin, row_end) are grouped in units of `unit_rows` (a decode
-// request's rows, or all prefill rows); a tile never crosses a unit.
+// Rows [row_begin, row_end) are grouped in units of `unit_rows` (the indexer
+// passes all its prefill rows as one unit); a tile never crosses a unit.
 struct ScoreLaunch {
   std::int64_t row_begin = 0;
   std::int64_t row_end = 0;
   std::int64_t unit_rows = 0;
   std::int64_t tiles_per_unit = 0;
   std::int64_t num_tiles = 0;
-  // 1: the 4 warps of a CTA share one tile and interleave its blocks (decode);
-  // 4: each warp takes its own tile and all warps walk the same blocks (prefill).
+  // 1: the 4 warps of a CTA share one tile and interleave its blocks;
+  // 4: each warp takes its own tile and all warps walk the same blocks (the indexer's).
   int tiles_per_cta = 1;
   std::int32_t blocks_per_split = 16;  // blocks per CTA along grid.y
 };

@@ -266,6 +266,26 @@ __device__ __forceinline__ void load_queries(const CUtensorMap* query_map, std::
   }
 }
 
+// The cursor's block into a stage: its info, page_ok set, to `slot`; then
+// `bytes` expected on the barrier and load(page, barrier) issued, or for a
+// page outside the cache the entry recorded and the barrier arrived on.
+template <class Load>
+__device__ __forceinline__ void load_block(const Params& p, const Cursor& cur, StageInfo si, StageInfo* slot,
+                                           std::uint64_t* barrier, std::uint32_t bytes, const Load& load) {
+  const std::int32_t page = p.table.at(cur.t.request, cur.b);
+  const bool ok = page >= 0 && page < p.num_pages;
+  si.page_ok = ok ? 1 : 0;
+  *slot = si;
+  const std::uint32_t bar = smem_u32(barrier);
+  if (!ok) {
+    detail::record_bad(p.check, detail::kBadIndexBlockTable, cur.t.request, cur.b, 0, page, p.num_pages);
+    sm90::mbar_arrive(bar);
+  } else {
+    sm90::mbar_arrive_expect_tx(bar, bytes);
+    load(page, bar);
+  }
+}
+
 // bf16 / e4m3: one thread loads the CTA's range, the queries once per tile and
 // each block's boxes by tensor loads into the key ring.
 template <PrefillKeys K>
@@ -284,20 +304,11 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
     }
     const int s = k % kStages;
     sm90::mbar_wait(smem_u32(&empty[s]), ((k / kStages) & 1) ^ 1);
-    const std::int32_t page = p.table.at(cur.t.request, cur.b);
-    const bool ok = page >= 0 && page < p.num_pages;
-    si.page_ok = ok ? 1 : 0;
-    info[s] = si;
-    const std::uint32_t bar = smem_u32(&full[s]);
-    if (!ok) {
-      detail::record_bad(p.check, detail::kBadIndexBlockTable, cur.t.request, cur.b, 0, page, p.num_pages);
-      sm90::mbar_arrive(bar);
-    } else {
-      sm90::mbar_arrive_expect_tx(bar, key_bytes<K>());
+    load_block(p, cur, si, &info[s], &full[s], key_bytes<K>(), [&](std::int32_t page, std::uint32_t bar) {
       const std::uint32_t dst = smem_u32(ring + s * key_bytes<K>());
       sm90::tma_load_3d(dst, key_map, bar, 0, 0, page);
       if constexpr (K == PrefillKeys::bf16) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, page);
-    }
+    });
     cur.advance(p);
   }
 }
@@ -317,19 +328,9 @@ __device__ void widen(const Params& p, const Nvfp4Pages& fp4, const Range& range
   auto issue = [&]() {
     const int r = issued % kRawStages;
     sm90::mbar_wait(smem_u32(&raw_empty[r]), ((issued / kRawStages) & 1) ^ 1);
-    StageInfo si = cur.info(p);
-    const std::int32_t page = p.table.at(cur.t.request, cur.b);
-    const bool ok = page >= 0 && page < p.num_pages;
-    si.page_ok = ok ? 1 : 0;
-    raw_info[r] = si;
-    const std::uint32_t bar = smem_u32(&raw_full[r]);
-    if (!ok) {
-      detail::record_bad(p.check, detail::kBadIndexBlockTable, cur.t.request, cur.b, 0, page, p.num_pages);
-      sm90::mbar_arrive(bar);
-    } else {
-      sm90::mbar_arrive_expect_tx(bar, kRawBytes);
+    load_block(p, cur, cur.info(p), &raw_info[r], &raw_full[r], kRawBytes, [&](std::int32_t page, std::uint32_t bar) {
       sm90::bulk_load(smem_u32(raw_ring + r * kRawBytes), fp4.base + page * fp4.page_bytes, kRawBytes, bar);
-    }
+    });
     cur.advance(p);
     ++issued;
   };
