@@ -140,13 +140,13 @@ if [[ $BENCH_CP -eq 1 ]]; then
     tee "$LOG/bench_cp.txt" || status=1
 fi
 if [[ $NCU -eq 1 ]]; then
-  # ncu locks the SM clock at its base (about 1.4 GHz on the H200): durations
-  # run longer than the bench's; read the percentages and counts.
+  # The clocks are left as the GPU sets them (--clock-control none), so that
+  # durations compare with the bench's.
   step "ncu"
   kargs=(--launch-count "${NCU_LAUNCHES:-4}")
   [[ -n "${NCU_KERNELS:-}" ]] && kargs+=(--kernel-name "regex:${NCU_KERNELS}")
   # NCU_ARGS is word-split as a shell would (its case names are quoted).
-  eval "timeout $BENCH_LIMIT ncu $(printf '%q ' "${kargs[@]}") --section SpeedOfLight \
+  eval "timeout $BENCH_LIMIT ncu --clock-control none $(printf '%q ' "${kargs[@]}") --section SpeedOfLight \
     --section ComputeWorkloadAnalysis --section SchedulerStats --section WarpStateStats \
     --section InstructionStats --section LaunchStats --section Occupancy \
     $(printf '%q' "$BUILD/bin/msa") bench $NCU_ARGS --iters 1 --warmup 0 --settle-ms 0 --ceiling-replays 1" \

@@ -762,19 +762,27 @@ TEST(CudaIndexer, SelectTopkAdversarialScores) {
   check_select_on_adversarial_scores(seq_lens, rng);
 }
 
-// A step of few long rows selects with a block per row, one of many rows with
-// a warp per row: the same rows (up to 100K tokens) in a step of each kind.
+// A step's rows select with a block per row while they are few for the GPU
+// (select.cu: up to 6 rows per SM, rows of 256 blocks or more), with a warp
+// per row beyond: steps of about 24 rows and of 5, 10, 20 and 30 rows per SM,
+// rows of up to 40K tokens, through both the lower-bound filter and the radix
+// select (topk 64, heavy ties).
 TEST(CudaIndexer, SelectTopkBlockAndWarpRows) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(46);
   MSA_TRACE_SEED(seed);
   std::mt19937_64 rng(seed);
-  std::vector<int> seq_lens;
-  for (int r = 0; r < 100; ++r) seq_lens.push_back(1 + int(rng() % 100000));
-  // 100 requests of 1 or 3 tokens, 3 heads: over 264 rows, a warp per row.
-  check_select_on_adversarial_scores(seq_lens, rng);
-  // The first 8: a block per row.
-  check_select_on_adversarial_scores({seq_lens.begin(), seq_lens.begin() + 8}, rng);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  for (int per_sm : {0, 5, 10, 20, 30}) {
+    // 3 heads, every fifth request 3 tokens: 4.2 rows per request on average.
+    const int rows = per_sm == 0 ? 24 : per_sm * sms;
+    const int num_req = std::max(2, rows * 5 / 21);
+    SCOPED_TRACE(msa::detail::concat(num_req, " requests"));
+    std::vector<int> seq_lens{40000};
+    for (int r = 1; r < num_req; ++r) seq_lens.push_back(1 + int(rng() % 40000));
+    check_select_on_adversarial_scores(seq_lens, rng);
+  }
 }
 
 // Long rows: the selection stages a row's keys in shared memory up to about

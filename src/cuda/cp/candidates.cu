@@ -34,7 +34,7 @@ using detail::Progression;
 using warp::kBins;
 using warp::lanes_below;
 using warp::order_key;
-using warp::radix_threshold;
+using warp::threshold;
 using warp::Threshold;
 
 struct CandidateParams : detail::RowParams {
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kWarps * 32) candidates_kernel(const Candidate
   Threshold th;
   if (!all) {
     const auto key_at = [s, g](std::int32_t i) { return order_key(s[g.at(i)]); };
-    th = radix_threshold(key_at, g.count, pick, hist_all[warp], lane);
+    th = threshold(key_at, g.count, pick, hist_all[warp], lane);
   }
 
   // Ascending pass: every key above the threshold, then the lowest-id ties.

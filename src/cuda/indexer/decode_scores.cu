@@ -365,25 +365,25 @@ __device__ __forceinline__ std::uint32_t lds16(std::uint32_t addr) {
 }
 
 // acc[s % kChains][nt] += keys (m-tile `mt` of the stage) . rows of n-tile nt
-// over k-step s, for the unit's first NT n-tiles. nvfp4 keeps two chains of
-// accumulators (even and odd k-steps), so that the tensor cores' latency is
-// not paid eight times in a row while its conversions wait behind it.
-template <DecodeKeys K>
-constexpr int kChains = K == DecodeKeys::nvfp4 ? 2 : 1;
+// over k-step s, for the unit's first NT n-tiles. Two chains of accumulators
+// (even and odd k-steps), so that a block of one n-tile does not pay the
+// tensor cores' latency eight times in a row per m-tile: a small step's last
+// blocks wait on that latency, and nvfp4's conversions would wait behind it.
+constexpr int kChains = 2;
 template <int NT, DecodeKeys K, DecodeQuery Q>
 __device__ __forceinline__ void mma_mtile(const Unit<K, Q>& un, const std::uint8_t* stage, int mt, int lane,
-                                          float (&acc)[kChains<K>][NT][4]) {
+                                          float (&acc)[kChains][NT][4]) {
   using U = Unit<K, Q>;
   const int g = lane >> 2, c = lane & 3;
   auto mma_all = [&](int s, std::uint32_t a0, std::uint32_t a1, std::uint32_t a2, std::uint32_t a3) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       if constexpr (U::kConvert) {
-        mma_f16_16816(acc[s % kChains<K>][nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
+        mma_f16_16816(acc[s % kChains][nt], a0, a1, a2, a3, un.b[nt][0][s][0], un.b[nt][0][s][1]);
       } else {
 #pragma unroll
         for (int part = 0; part < U::kParts; ++part)
-          mma_bf16_16816(acc[0][nt], a0, a1, a2, a3, un.b[nt][part][s][0], un.b[nt][part][s][1]);
+          mma_bf16_16816(acc[s % kChains][nt], a0, a1, a2, a3, un.b[nt][part][s][0], un.b[nt][part][s][1]);
       }
     }
   };
@@ -450,14 +450,12 @@ __device__ __forceinline__ void block_max(const Unit<K, Q>& un, const std::uint8
   const int g = lane >> 2;
 #pragma unroll 1
   for (int mt = 0; mt < 8; ++mt) {
-    float acc[kChains<K>][NT][4] = {};
+    float acc[kChains][NT][4] = {};
     mma_mtile<NT, K, Q>(un, stage, mt, lane, acc);
-    if constexpr (kChains<K> == 2) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[0][nt][i] += acc[1][nt][i];
-      }
+      for (int i = 0; i < 4; ++i) acc[0][nt][i] += acc[1][nt][i];
     }
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -493,6 +491,10 @@ __device__ void consume(const Params& p, const Range& range, const std::uint8_t*
   const int g = lane >> 2, c = lane & 3;
   constexpr int kMaxNTiles = Unit<K, Q>::kNTiles;
   Unit<K, Q> un;
+  // The CTA's first unit, loaded while the first pages are on their way (the
+  // unit of most warps' first block; a warp whose first block is not in it
+  // loads its own below).
+  if (warp < range.count) un.load(p, range.unit, g, c);
   for (std::int32_t k = warp; k < range.count; k += num_consumers<K>()) {
     const int s = k % S;
     sm90::mbar_wait(smem_u32(&full[s]), (k / S) & 1);

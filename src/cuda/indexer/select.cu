@@ -5,26 +5,29 @@
 // blocks [0, init) and [n - local, n) are forced and the candidates between
 // compete for pick = topk - init - local places under msa/select.hpp's order
 // (higher score first, NaN lowest, ties to the lower id). Scores are mapped to
-// order-preserving 32-bit keys (NaN -> 0, -0 -> +0) and a radix select, 8 bits
-// per pass with a per-warp histogram in shared memory, finds the threshold key
-// T and how many of the T-keyed candidates are taken (cuda/common/
-// warp_select.cuh); one last ascending pass takes every key > T and the first
-// of the keys == T (lowest ids), writing the winners in ascending order with
-// ballots. The warp first copies its row's candidate keys into shared memory
-// (every load in flight at once), so that the passes do not each wait on a
-// round trip to L2 per 32 candidates: a 1,024-block row took ~20 us that way.
+// order-preserving 32-bit keys (NaN -> 0, -0 -> +0); the threshold key T and
+// how many of the T-keyed candidates are taken come from the few candidates
+// above a lower bound of T, or a radix select where those are many
+// (cuda/common/warp_select.cuh); one last ascending pass takes every key > T
+// and the first of the keys == T (lowest ids), writing the winners in
+// ascending order with ballots. The warp first copies its row's candidate
+// keys into shared memory (every load in flight at once), so that the passes
+// do not each wait on a round trip to L2 per 32 candidates: a 1,024-block row
+// took ~20 us that way.
 // Rows longer than the launch's stage (a few rows of over 10K blocks, 1.3M
 // tokens) read the scores where they are.
 //
-// A step of few long rows (a small decode batch at long context) would leave
-// most SMs idle and each row's passes on one warp; there a whole block of
-// kWarps warps takes a row (select_block_kernel): one histogram for the block,
-// and the ascending pass cut into one contiguous chunk per warp, each warp
-// told how many winners and threshold ties the chunks before it hold.
+// A step of few long rows (a decode batch at long context) would leave most
+// SMs idle and each row on one warp; there a block of kWarps warps takes a row
+// (select_block_kernel): the candidates staged by every warp, one threshold
+// for the block, and the ascending pass cut into one contiguous chunk per
+// warp, each warp told how many winners and threshold ties the chunks before
+// it hold.
 #include <algorithm>
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.hpp"
 #include "cuda/common/warp_select.cuh"
 #include "cuda/indexer/indexer_kernels.cuh"
 #include "msa/common.hpp"
@@ -35,19 +38,14 @@ namespace {
 using warp::kBins;
 using warp::lanes_below;
 using warp::order_key;
-using warp::radix_threshold;
-using warp::block_radix_threshold;
+using warp::block_threshold;
+using warp::threshold;
 using warp::Threshold;
 
 constexpr int kWarps = 8;  // at most, per CTA
 // Shared memory for the staged keys of a CTA, within the 48 KB a kernel may
 // use without opting in (the histograms take 8 KB).
 constexpr std::int32_t kStageBytes = 40 * 1024;
-// Steps of at most kBlockRows rows whose rows may reach kBlockRowBlocks blocks
-// or more (the launch's block_limit) select with a block per row: at most two
-// waves of 132 SMs.
-constexpr std::int64_t kBlockRows = 264;
-constexpr std::int32_t kBlockRowBlocks = 256;
 
 struct SelectParams {
   StepView step;
@@ -67,7 +65,7 @@ struct SelectParams {
 template <class KeyAt>
 __device__ __forceinline__ void select_between(const KeyAt& key_at, std::int32_t head, std::int32_t tail,
                                                std::int32_t pick, std::uint32_t* hist, std::int32_t* out, int lane) {
-  const Threshold th = radix_threshold(key_at, tail - head, pick, hist, lane);
+  const Threshold th = threshold(key_at, tail - head, pick, hist, lane);
   // Ascending pass: keys above the threshold, then the lowest-id ties.
   std::int32_t written = 0, ties_seen = 0;
   for (std::int32_t base = head; base < tail && written < pick; base += 32) {
@@ -194,13 +192,21 @@ __global__ void __launch_bounds__(kWarps * 32) select_block_kernel(const SelectP
     for (std::int32_t i = threadIdx.x; i < count; i += blockDim.x) staged[i] = order_key(s[head + i]);
     __syncthreads();
     const auto key_at = [](std::int32_t i) { return staged[i]; };
-    const Threshold th = block_radix_threshold(key_at, count, r.pick, hist, &decided);
+    const Threshold th = block_threshold(key_at, count, r.pick, hist, &decided);
     block_take(key_at, th, head, r.tail, r.out, counts);
   } else {
     const auto key_at = [s, head](std::int32_t i) { return order_key(s[head + i]); };
-    const Threshold th = block_radix_threshold(key_at, count, r.pick, hist, &decided);
+    const Threshold th = block_threshold(key_at, count, r.pick, hist, &decided);
     block_take(key_at, th, head, r.tail, r.out, counts);
   }
+}
+
+// Whether a step's rows select with a block each: when they are few enough
+// that every row's block runs at once on `sms` SMs (48 of an SM's 64 warps
+// taken) and rows may reach 256 blocks (shorter ones take about as long as a
+// launch on one warp).
+bool block_per_row(std::int64_t rows, std::int32_t block_limit, int sms) {
+  return block_limit >= 256 && rows * kWarps <= std::int64_t(std::max(sms, 1)) * 48;
 }
 
 }  // namespace
@@ -221,7 +227,7 @@ void launch_select(const StepView& step, const float* scores, float* fill, std::
   p.num_rows = std::int64_t(step.num_tokens) * num_kv_heads;
   if (p.num_rows == 0) return;
   const std::int64_t stage = (std::int64_t(std::max(block_limit, 1)) + 31) / 32 * 32;
-  if (p.num_rows <= kBlockRows && block_limit >= kBlockRowBlocks) {
+  if (block_per_row(p.num_rows, block_limit, device_sm_count())) {
     // Few long rows: a block per row, its candidates staged when they fit.
     p.stage = stage * 4 <= kStageBytes ? static_cast<std::int32_t>(stage) : 0;
     select_block_kernel<<<static_cast<unsigned>(p.num_rows), kWarps * 32, std::size_t(p.stage) * 4, stream>>>(p);
