@@ -3,22 +3,20 @@
 // Shared by the indexer's selection (indexer/select.cu) and the context-
 // parallel candidates (cp/candidates.cu); header-only device code.
 //
-// Scores become order-preserving 32-bit keys. threshold finds the key T of the
-// pick-th best candidate and how many candidates with key T win; an ascending
-// pass over the candidates then takes every key above T and the first of the
-// keys equal to T (the lowest candidate indices, so the lowest ids when ids
-// ascend with the index), deciding each lane's candidate with
-// Threshold::takes.
+// Scores become order-preserving 32-bit keys. A row's winners are the keys
+// above a threshold key T and the first `need` of the keys equal to T (the
+// lowest candidate indices, so the lowest ids when ids ascend with the
+// index); Threshold::takes decides a lane's candidate in an ascending pass.
 //
-// threshold first bounds T from below without atomics: each lane's largest
-// key stands for a distinct candidate, so the pick-th largest of the 32 lane
-// maxima is at most T. The few candidates at or above that bound (about 20 of
-// a 1,000-block row for pick 15, scores of any spread) are gathered in shared
-// memory and T is ranked among them exactly. Where they are too many (pick
-// over 32, heavy ties), radix_threshold finds T 8 bits a pass with a
-// histogram in shared memory (the key prefix of T and how many candidates
-// with that prefix win): its first passes meet scores of similar magnitude on
-// a few bins, whose shared-memory atomics serialize.
+// Two ways to T. The lower-bound filter (pick <= 32): each lane's largest key
+// stands for a distinct candidate, so the pick-th largest of the 32 lane
+// maxima is at most T; the few candidates that reach it (about 20 of a
+// 1,000-block row for pick 15 when scores are independent draws) are gathered
+// in shared memory in ascending order, T is ranked among them exactly, and the winners
+// are taken from them. The radix select, where the filter gathers too many
+// (pick over 32, heavy ties): 8 bits a pass with a histogram in shared memory,
+// the key prefix of T and how many candidates with that prefix win, then an
+// ascending pass over every candidate.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -108,48 +106,6 @@ __device__ __forceinline__ Digit pick_digit(const std::uint32_t* hist, std::uint
   return d;
 }
 
-// Most candidates gathered by the lower-bound filter of threshold(), in the
-// histogram's shared memory.
-inline constexpr int kMaxGathered = 128;
-
-// The pick-th largest of the warp's 32 values v (pick <= 32; 0 < pick), in
-// every lane.
-__device__ __forceinline__ std::uint32_t warp_kth_largest(std::uint32_t v, std::int32_t pick, int lane) {
-  // Rank of each lane's value in (value descending, lane ascending) order.
-  std::int32_t rank = 0;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const std::uint32_t o = __shfl_sync(0xffffffffu, v, j);
-    rank += (o > v || (o == v && j < lane)) ? 1 : 0;
-  }
-  const std::uint32_t at = __ballot_sync(0xffffffffu, rank == pick - 1);
-  return __shfl_sync(0xffffffffu, v, __ffs(at) - 1);
-}
-
-// T and how many T-keyed candidates win, from the `count` gathered keys that
-// hold every key >= T (at least pick of them): the gathered key whose rank in
-// (key descending, index ascending) order is pick - 1 is T. Lane l ranks
-// gathered keys l, l + 32, ...; the one that finds T returns true and sets th.
-//   gathered: [count] shared memory
-__device__ __forceinline__ bool rank_gathered(const std::uint32_t* gathered, std::int32_t count, std::int32_t pick,
-                                              int lane, Threshold& th) {
-  bool found = false;
-  for (std::int32_t j = lane; j < count; j += 32) {
-    const std::uint32_t v = gathered[j];
-    std::int32_t above = 0, before = 0;
-    for (std::int32_t i = 0; i < count; ++i) {
-      const std::uint32_t o = gathered[i];
-      above += o > v ? 1 : 0;
-      before += (o == v && i < j) ? 1 : 0;
-    }
-    if (above + before == pick - 1) {
-      th = Threshold{v, 0, pick - above};
-      found = true;
-    }
-  }
-  return found;
-}
-
 // Radix select of the `pick` best of `count` candidates (count > pick >= 1),
 // candidate i having the order key key_at(i); stops as soon as every candidate
 // of the prefix wins. Every lane of the warp calls it together.
@@ -212,15 +168,43 @@ __device__ __forceinline__ Threshold block_radix_threshold(const KeyAt& key_at, 
   }
 }
 
-// The lower-bound filter of threshold() (pick <= 32, count > pick): false
-// when more than kMaxGathered candidates reach the bound; otherwise true,
-// with th set in every lane. Every lane of the warp calls it together.
-//   buf: [kMaxGathered] shared memory
+// ---- the lower-bound filter -------------------------------------------------------
+// Most candidates gathered: keys in hist[0, kMaxGathered), their candidate
+// indices in hist[kMaxGathered, 2 kMaxGathered).
+inline constexpr int kMaxGathered = kBins / 2;
+
+// The largest key of candidates lane, lane + 32, ... (0, NaN's key, for none).
 template <class KeyAt>
-__device__ __forceinline__ bool filtered_threshold(const KeyAt& key_at, std::int32_t count, std::int32_t pick,
-                                                   std::uint32_t* buf, int lane, Threshold& th) {
-  std::uint32_t most = 0;  // NaN's key: a lane without candidates bounds nothing
+__device__ __forceinline__ std::uint32_t lane_max(const KeyAt& key_at, std::int32_t count, int lane) {
+  std::uint32_t most = 0;
   for (std::int32_t i = lane; i < count; i += 32) most = max(most, key_at(i));
+  return most;
+}
+
+// The pick-th largest of the warp's 32 values v (0 < pick <= 32), in every lane.
+__device__ __forceinline__ std::uint32_t warp_kth_largest(std::uint32_t v, std::int32_t pick, int lane) {
+  // Rank of each lane's value in (value descending, lane ascending) order.
+  std::int32_t rank = 0;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const std::uint32_t o = __shfl_sync(0xffffffffu, v, j);
+    rank += (o > v || (o == v && j < lane)) ? 1 : 0;
+  }
+  const std::uint32_t at = __ballot_sync(0xffffffffu, rank == pick - 1);
+  return __shfl_sync(0xffffffffu, v, __ffs(at) - 1);
+}
+
+// Gathers, in ascending index order, the candidates whose key reaches the
+// pick-th largest of the lanes' maxima `most` (lane_max): each lane's maximum
+// is a distinct candidate, so at least pick candidates reach that bound, and
+// every winner does. Returns how many there are (more than kMaxGathered: only
+// the first kMaxGathered are stored). Every lane of the warp calls it
+// together (0 < pick <= 32 < count).
+//   hist: [kBins] shared memory (keys, then indices)
+template <class KeyAt>
+__device__ __forceinline__ std::int32_t gather_above_bound(const KeyAt& key_at, std::int32_t count,
+                                                           std::int32_t pick, std::uint32_t most,
+                                                           std::uint32_t* hist, int lane) {
   const std::uint32_t bound = warp_kth_largest(most, pick, lane);
   std::int32_t gathered = 0;
   for (std::int32_t base = 0; base < count; base += 32) {
@@ -229,52 +213,75 @@ __device__ __forceinline__ bool filtered_threshold(const KeyAt& key_at, std::int
     const bool in = i < count && k >= bound;
     const std::uint32_t ins = __ballot_sync(0xffffffffu, in);
     const std::int32_t at = gathered + __popc(ins & lanes_below(lane));
-    if (in && at < kMaxGathered) buf[at] = k;
+    if (in && at < kMaxGathered) {
+      hist[at] = k;
+      hist[kMaxGathered + at] = static_cast<std::uint32_t>(i);
+    }
     gathered += __popc(ins);
   }
   __syncwarp();
-  if (gathered > kMaxGathered) return false;
-  Threshold mine;
-  const bool found = rank_gathered(buf, gathered, pick, lane, mine);
+  return gathered;
+}
+
+// T and how many T-keyed candidates win, from the `gathered` keys of hist
+// (gather_above_bound, at most kMaxGathered): the key whose rank in (key
+// descending, place ascending) order is pick - 1 is T. Every lane of the warp
+// calls it together.
+__device__ __forceinline__ Threshold rank_gathered(const std::uint32_t* hist, std::int32_t gathered,
+                                                   std::int32_t pick, int lane) {
+  Threshold th;
+  bool found = false;
+  for (std::int32_t j = lane; j < gathered; j += 32) {
+    const std::uint32_t v = hist[j];
+    std::int32_t above = 0, before = 0;
+    for (std::int32_t i = 0; i < gathered; ++i) {
+      const std::uint32_t o = hist[i];
+      above += o > v ? 1 : 0;
+      before += (o == v && i < j) ? 1 : 0;
+    }
+    if (above + before == pick - 1) {
+      th = Threshold{v, 0, pick - above};
+      found = true;
+    }
+  }
   const int src = __ffs(__ballot_sync(0xffffffffu, found)) - 1;
-  th = Threshold{__shfl_sync(0xffffffffu, mine.prefix, src), 0, __shfl_sync(0xffffffffu, mine.need, src)};
-  __syncwarp();  // buf is read by every lane before it is written again
-  return true;
+  return Threshold{__shfl_sync(0xffffffffu, th.prefix, src), 0, __shfl_sync(0xffffffffu, th.need, src)};
+}
+
+// The winners among the gathered candidates, in ascending index order:
+// take(place, index) for place 0, 1, ... Every lane of the warp calls it
+// together.
+template <class Take>
+__device__ __forceinline__ void take_gathered(const std::uint32_t* hist, std::int32_t gathered, const Threshold& th,
+                                              int lane, const Take& take) {
+  std::int32_t written = 0, ties_seen = 0;
+  for (std::int32_t base = 0; base < gathered; base += 32) {
+    const std::int32_t j = base + lane;
+    const bool in = j < gathered;
+    const bool wins = th.takes(in, in ? hist[j] : 0u, lane, ties_seen);
+    const std::uint32_t all = __ballot_sync(0xffffffffu, wins);
+    if (wins) take(written + __popc(all & lanes_below(lane)), static_cast<std::int32_t>(hist[kMaxGathered + j]));
+    written += __popc(all);
+  }
 }
 
 // radix_threshold's winners (not necessarily its prefix and shift), through
-// the lower-bound filter where it applies. Every lane of the warp calls it
+// the lower-bound filter where it applies (pick <= 32 and at most
+// kMaxGathered candidates reach the bound). Every lane of the warp calls it
 // together.
 //   hist: [kBins] this warp's histogram in shared memory
 template <class KeyAt>
 __device__ __forceinline__ Threshold threshold(const KeyAt& key_at, std::int32_t count, std::int32_t pick,
                                                std::uint32_t* hist, int lane) {
-  Threshold th;
-  if (pick <= 32 && filtered_threshold(key_at, count, pick, hist, lane, th)) return th;
-  return radix_threshold(key_at, count, pick, hist, lane);
-}
-
-// The same for a whole thread block: warp 0 tries the filter over all the
-// candidates (a lane's maximum over count / 32 of them bounds better than over
-// count / blockDim), the block's radix select runs where it fails. Every
-// thread of the block calls it together.
-//   hist: [kBins] the block's histogram in shared memory
-//   decided: the block's copy of the outcome in shared memory
-template <class KeyAt>
-__device__ __forceinline__ Threshold block_threshold(const KeyAt& key_at, std::int32_t count, std::int32_t pick,
-                                                     std::uint32_t* hist, Threshold* decided) {
   if (pick <= 32) {
-    if (threadIdx.x < 32) {
-      Threshold th;
-      const bool ok = filtered_threshold(key_at, count, pick, hist, static_cast<int>(threadIdx.x), th);
-      if (threadIdx.x == 0) *decided = ok ? th : Threshold{0, 0, -1};
+    const std::int32_t gathered = gather_above_bound(key_at, count, pick, lane_max(key_at, count, lane), hist, lane);
+    if (gathered <= kMaxGathered) {
+      const Threshold th = rank_gathered(hist, gathered, pick, lane);
+      __syncwarp();  // hist is read by every lane before it is written again
+      return th;
     }
-    __syncthreads();
-    const Threshold th = *decided;
-    __syncthreads();  // read by every thread before it is written again
-    if (th.need >= 0) return th;
   }
-  return block_radix_threshold(key_at, count, pick, hist, decided);
+  return radix_threshold(key_at, count, pick, hist, lane);
 }
 
 }  // namespace msa::cuda::warp

@@ -38,8 +38,13 @@ namespace {
 using warp::kBins;
 using warp::lanes_below;
 using warp::order_key;
-using warp::block_threshold;
-using warp::threshold;
+using warp::block_radix_threshold;
+using warp::gather_above_bound;
+using warp::kMaxGathered;
+using warp::lane_max;
+using warp::radix_threshold;
+using warp::rank_gathered;
+using warp::take_gathered;
 using warp::Threshold;
 
 constexpr int kWarps = 8;  // at most, per CTA
@@ -61,11 +66,29 @@ struct SelectParams {
   std::int32_t stage = 0;         // staged keys per warp (0: none)
 };
 
+// The winners among the candidates that reach the lower bound (cuda/common/
+// warp_select.cuh), written to out[head + place] in ascending order; false
+// when too many reach it (or pick > 32), with nothing written. `most`: the
+// lane's largest key (lane_max). Every lane of the warp calls it together.
+template <class KeyAt>
+__device__ __forceinline__ bool select_filtered(const KeyAt& key_at, std::uint32_t most, std::int32_t head,
+                                                std::int32_t count, std::int32_t pick, std::uint32_t* hist,
+                                                std::int32_t* out, int lane) {
+  if (pick > 32) return false;
+  const std::int32_t gathered = gather_above_bound(key_at, count, pick, most, hist, lane);
+  if (gathered > kMaxGathered) return false;
+  const Threshold th = rank_gathered(hist, gathered, pick, lane);
+  take_gathered(hist, gathered, th, lane, [out, head](std::int32_t place, std::int32_t i) { out[head + place] = head + i; });
+  return true;
+}
+
 // Selects a row's `pick` winners among candidates [head, tail), keys by key_at(i) for candidate head + i.
 template <class KeyAt>
-__device__ __forceinline__ void select_between(const KeyAt& key_at, std::int32_t head, std::int32_t tail,
-                                               std::int32_t pick, std::uint32_t* hist, std::int32_t* out, int lane) {
-  const Threshold th = threshold(key_at, tail - head, pick, hist, lane);
+__device__ __forceinline__ void select_between(const KeyAt& key_at, std::uint32_t most, std::int32_t head,
+                                               std::int32_t tail, std::int32_t pick, std::uint32_t* hist,
+                                               std::int32_t* out, int lane) {
+  if (select_filtered(key_at, most, head, tail - head, pick, hist, out, lane)) return;
+  const Threshold th = radix_threshold(key_at, tail - head, pick, hist, lane);
   // Ascending pass: keys above the threshold, then the lowest-id ties.
   std::int32_t written = 0, ties_seen = 0;
   for (std::int32_t base = head; base < tail && written < pick; base += 32) {
@@ -114,8 +137,9 @@ __device__ __forceinline__ bool prepare_row(const SelectParams& p, std::int64_t 
   return r.pick > 0;
 }
 
-// One warp per row.
-__global__ void __launch_bounds__(kWarps * 32) select_kernel(const SelectParams p) {
+// One warp per row. (The minimum of one CTA per SM lifts the register
+// target ptxas picks for 256 threads, at which it spilled.)
+__global__ void __launch_bounds__(kWarps * 32, 1) select_kernel(const SelectParams p) {
   __shared__ std::uint32_t hist_all[kWarps][kBins];
   extern __shared__ std::uint32_t staged_all[];  // [warps][p.stage]
   const int warps = int(blockDim.x >> 5);
@@ -129,13 +153,19 @@ __global__ void __launch_bounds__(kWarps * 32) select_kernel(const SelectParams 
   const std::int32_t head = r.head;
   if (count <= p.stage) {
     std::uint32_t* keys = staged_all + std::int64_t(warp) * p.stage;  // [count]
+    std::uint32_t most = 0;  // the lane's largest key, for the filter
 #pragma unroll 8
-    for (std::int32_t i = lane; i < count; i += 32) keys[i] = order_key(s[head + i]);
+    for (std::int32_t i = lane; i < count; i += 32) {
+      const std::uint32_t k = order_key(s[head + i]);
+      keys[i] = k;
+      most = max(most, k);
+    }
     __syncwarp();
-    select_between([keys](std::int32_t i) { return keys[i]; }, head, r.tail, r.pick, hist_all[warp], r.out, lane);
+    select_between([keys](std::int32_t i) { return keys[i]; }, most, head, r.tail, r.pick, hist_all[warp], r.out,
+                   lane);
   } else {
-    select_between([s, head](std::int32_t i) { return order_key(s[head + i]); }, head, r.tail, r.pick,
-                   hist_all[warp], r.out, lane);
+    const auto key_at = [s, head](std::int32_t i) { return order_key(s[head + i]); };
+    select_between(key_at, lane_max(key_at, count, lane), head, r.tail, r.pick, hist_all[warp], r.out, lane);
   }
 }
 
@@ -175,11 +205,13 @@ __device__ __forceinline__ void block_take(const KeyAt& key_at, const Threshold&
   }
 }
 
-// One block per row.
+// One block per row: every warp stages the candidates, warp 0 selects through
+// the filter, or the whole block by the radix select where the filter fails.
 __global__ void __launch_bounds__(kWarps * 32) select_block_kernel(const SelectParams p) {
   __shared__ std::uint32_t hist[kBins];
   __shared__ Threshold decided;
   __shared__ std::int32_t counts[kWarps][2];
+  __shared__ bool filtered;
   extern __shared__ std::uint32_t staged[];  // [p.stage]
   const std::int64_t row = blockIdx.x;
   Row r;
@@ -188,16 +220,23 @@ __global__ void __launch_bounds__(kWarps * 32) select_block_kernel(const SelectP
   const std::int32_t count = r.tail - r.head;
   const float* s = r.scores;
   const std::int32_t head = r.head;
+  const auto select = [&](const auto& key_at) {
+    if (threadIdx.x < 32) {
+      const int lane = int(threadIdx.x);
+      const bool done = select_filtered(key_at, lane_max(key_at, count, lane), head, count, r.pick, hist, r.out, lane);
+      if (lane == 0) filtered = done;
+    }
+    __syncthreads();
+    if (filtered) return;
+    const Threshold th = block_radix_threshold(key_at, count, r.pick, hist, &decided);
+    block_take(key_at, th, head, r.tail, r.out, counts);
+  };
   if (count <= p.stage) {
     for (std::int32_t i = threadIdx.x; i < count; i += blockDim.x) staged[i] = order_key(s[head + i]);
     __syncthreads();
-    const auto key_at = [](std::int32_t i) { return staged[i]; };
-    const Threshold th = block_threshold(key_at, count, r.pick, hist, &decided);
-    block_take(key_at, th, head, r.tail, r.out, counts);
+    select([](std::int32_t i) { return staged[i]; });
   } else {
-    const auto key_at = [s, head](std::int32_t i) { return order_key(s[head + i]); };
-    const Threshold th = block_threshold(key_at, count, r.pick, hist, &decided);
-    block_take(key_at, th, head, r.tail, r.out, counts);
+    select([s, head](std::int32_t i) { return order_key(s[head + i]); });
   }
 }
 
