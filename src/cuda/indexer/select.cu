@@ -5,24 +5,25 @@
 // blocks [0, init) and [n - local, n) are forced and the candidates between
 // compete for pick = topk - init - local places under msa/select.hpp's order
 // (higher score first, NaN lowest, ties to the lower id). Scores are mapped to
-// order-preserving 32-bit keys (NaN -> 0, -0 -> +0); the threshold key T and
-// how many of the T-keyed candidates are taken come from the few candidates
-// above a lower bound of T, or a radix select where those are many
-// (cuda/common/warp_select.cuh); one last ascending pass takes every key > T
-// and the first of the keys == T (lowest ids), writing the winners in
-// ascending order with ballots. The warp first copies its row's candidate
-// keys into shared memory (every load in flight at once), so that the passes
-// do not each wait on a round trip to L2 per 32 candidates: a 1,024-block row
-// took ~20 us that way.
+// order-preserving 32-bit keys (NaN -> 0, -0 -> +0) and the winners are every
+// key > T and the first of the keys == T (lowest ids), T the threshold key
+// (cuda/common/warp_select.cuh). Usually the few candidates that reach a lower
+// bound of T are gathered, T is ranked among them and the winners are taken
+// from them; where those are many, a radix select finds T and one last
+// ascending pass over the row takes the winners, in ascending order with
+// ballots. The warp first copies its row's candidate keys into shared memory
+// (every load in flight at once), so that the passes do not each wait on a
+// round trip to L2 per 32 candidates: a 1,024-block row took ~20 us that way.
 // Rows longer than the launch's stage (a few rows of over 10K blocks, 1.3M
 // tokens) read the scores where they are.
 //
 // A step of few long rows (a decode batch at long context) would leave most
 // SMs idle and each row on one warp; there a block of kWarps warps takes a row
-// (select_block_kernel): the candidates staged by every warp, one threshold
-// for the block, and the ascending pass cut into one contiguous chunk per
-// warp, each warp told how many winners and threshold ties the chunks before
-// it hold.
+// (select_block_kernel): every warp stages the candidates, warp 0 gathers and
+// takes the winners, and where the radix select is needed the block shares one
+// histogram and cuts the ascending pass into one contiguous chunk per warp,
+// each warp told how many winners and threshold ties the chunks before it
+// hold.
 #include <algorithm>
 #include <cstdint>
 
@@ -78,7 +79,8 @@ __device__ __forceinline__ bool select_filtered(const KeyAt& key_at, std::uint32
   const std::int32_t gathered = gather_above_bound(key_at, count, pick, most, hist, lane);
   if (gathered > kMaxGathered) return false;
   const Threshold th = rank_gathered(hist, gathered, pick, lane);
-  take_gathered(hist, gathered, th, lane, [out, head](std::int32_t place, std::int32_t i) { out[head + place] = head + i; });
+  const auto take = [out, head](std::int32_t place, std::int32_t i) { out[head + place] = head + i; };
+  take_gathered(hist, gathered, th, lane, take);
   return true;
 }
 
