@@ -21,7 +21,6 @@ namespace msa::cuda {
 namespace {
 
 constexpr std::size_t kWorkspaceAlign = 256;
-constexpr std::int32_t kPrefillBlocksPerSplit = 32;  // each warp walks all of them
 
 std::size_t scores_bytes(std::int64_t num_tokens, std::int64_t num_kv_heads, std::int64_t max_blocks) {
   const std::size_t b = std::size_t(num_tokens) * std::size_t(num_kv_heads) * std::size_t(max_blocks) *
@@ -86,17 +85,7 @@ void legacy_scores(const StepView& step, const IndexerArgs& args, float* scores,
   MSA_CHECK(is_half(args.iq_dtype),
             "indexer: iq_dtype = ", dtype_name(args.iq_dtype), " with an index cache of ", dtype_name(args.cache.dtype),
             " needs the Hopper kernels, which cannot map this index cache (base or page_stride not 16-byte aligned?)");
-  // Consecutive 16-row tiles (a tile may span short requests), four tiles per
-  // CTA walking the same blocks.
-  indexer::ScoreLaunch l;
-  l.row_begin = row_begin;
-  l.row_end = row_end;
-  l.unit_rows = row_end - row_begin;
-  l.tiles_per_unit = (l.unit_rows + 15) / 16;
-  l.num_tiles = l.tiles_per_unit;
-  l.tiles_per_cta = 4;
-  l.blocks_per_split = kPrefillBlocksPerSplit;
-  indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, l, check, s);
+  indexer::launch_block_scores(step, args, scores, max_blocks, block_limit, row_begin, row_end, check, s);
 }
 
 }  // namespace

@@ -16,31 +16,16 @@
 
 namespace msa::cuda::indexer {
 
-// How one launch of the score kernel cuts its rows into 16-row warp tiles.
-// Rows [row_begin, row_end) are grouped in units of `unit_rows` (the indexer
-// passes all its prefill rows as one unit); a tile never crosses a unit.
-struct ScoreLaunch {
-  std::int64_t row_begin = 0;
-  std::int64_t row_end = 0;
-  std::int64_t unit_rows = 0;
-  std::int64_t tiles_per_unit = 0;
-  std::int64_t num_tiles = 0;
-  // 1: the 4 warps of a CTA share one tile and interleave its blocks;
-  // 4: each warp takes its own tile and all warps walk the same blocks (the indexer's).
-  int tiles_per_cta = 1;
-  std::int32_t blocks_per_split = 16;  // blocks per CTA along grid.y
-};
-
-// Scores of the rows of one launch: for each row and each block b <= the row's
-// last block (p / 128, capped at block_limit - 1), the NaN-lowest max over the
-// visible keys of dot(index_q, index_k); -inf for b beyond the row's last block
-// up to the tile's last block. Columns the launch does not reach are left for
-// the selection kernel's tail fill.
+// Scores of rows [row_begin, row_end): for each row and each block b <= the
+// row's last block (p / 128, capped at block_limit - 1), the NaN-lowest max
+// over the visible keys of dot(index_q, index_k); -inf for b beyond the row's
+// last block up to the tile's last block. Columns the launch does not reach are
+// left for the selection kernel's tail fill.
 //   scores: [num_tokens, num_kv_heads, max_blocks]
 //   check:  [8] DeviceCheck buffer or null
 void launch_block_scores(const StepView& step, const IndexerArgs& args, float* scores,
-                         std::int32_t max_blocks, std::int32_t block_limit, const ScoreLaunch& launch,
-                         std::int64_t* check, cudaStream_t stream);
+                         std::int32_t max_blocks, std::int32_t block_limit, std::int64_t row_begin,
+                         std::int64_t row_end, std::int64_t* check, cudaStream_t stream);
 
 // Top-k of every row from its scores (msa/select.hpp order, bit-identical to
 // cpu::select_row). When `fill` is not null, fill[row, b] = -inf for the

@@ -16,10 +16,10 @@
 // into bf16 hi + lo (exact) and costs two MMAs per k-step.
 //
 // The indexer launches it for the prefill rows the wgmma kernel does not take
-// (prefill_scores.cu): each warp has its own tile and all 4 walk the same
-// blocks, so the key block is read from L2 once and served from L1 to the
-// others. A launch of one tile per CTA (tiles_per_cta = 1) interleaves the
-// blocks between the 4 warps instead. grid.y splits the blocks.
+// (prefill_scores.cu): consecutive 16-row tiles (a tile may span short
+// requests), each warp with its own tile and all 4 walking the same blocks, so
+// the key block is read from L2 once and served from L1 to the others. grid.y
+// splits the blocks.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -36,6 +36,22 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kTileRows = 16;
 constexpr int kNTiles = kBlockSize / 8;  // 16 n-tiles of 8 keys per block
+constexpr std::int32_t kBlocksPerSplit = 32;  // blocks per CTA along grid.y; each warp walks all of them
+
+// How a launch cuts its rows into 16-row warp tiles. Rows [row_begin,
+// row_end) are grouped in units of `unit_rows` and a tile never crosses a
+// unit; with tiles_per_cta = 4 each warp takes its own tile and all warps walk
+// the same blocks, with 1 the 4 warps would share one tile and interleave its
+// blocks. launch_block_scores makes the rows one unit, four tiles per CTA.
+struct ScoreLaunch {
+  std::int64_t row_begin = 0;
+  std::int64_t row_end = 0;
+  std::int64_t unit_rows = 0;
+  std::int64_t tiles_per_unit = 0;
+  std::int64_t num_tiles = 0;
+  int tiles_per_cta = 1;
+  std::int32_t blocks_per_split = 16;
+};
 
 struct ScoreParams {
   const std::uint16_t* q = nullptr;  // [num_tokens, H, 128] bf16/fp16 bits
@@ -283,8 +299,16 @@ __global__ void __launch_bounds__(kWarps * 32) block_scores_kernel(const ScorePa
 }  // namespace
 
 void launch_block_scores(const StepView& step, const IndexerArgs& args, float* scores,
-                         std::int32_t max_blocks, std::int32_t block_limit, const ScoreLaunch& launch,
-                         std::int64_t* check, cudaStream_t stream) {
+                         std::int32_t max_blocks, std::int32_t block_limit, std::int64_t row_begin,
+                         std::int64_t row_end, std::int64_t* check, cudaStream_t stream) {
+  ScoreLaunch launch;
+  launch.row_begin = row_begin;
+  launch.row_end = row_end;
+  launch.unit_rows = row_end - row_begin;
+  launch.tiles_per_unit = (launch.unit_rows + kTileRows - 1) / kTileRows;
+  launch.num_tiles = launch.tiles_per_unit;
+  launch.tiles_per_cta = 4;
+  launch.blocks_per_split = kBlocksPerSplit;
   if (launch.num_tiles <= 0 || block_limit <= 0) return;
   ScoreParams p;
   p.q = static_cast<const std::uint16_t*>(args.index_q);
