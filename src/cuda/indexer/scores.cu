@@ -38,21 +38,6 @@ constexpr int kTileRows = 16;
 constexpr int kNTiles = kBlockSize / 8;  // 16 n-tiles of 8 keys per block
 constexpr std::int32_t kBlocksPerSplit = 32;  // blocks per CTA along grid.y; each warp walks all of them
 
-// How a launch cuts its rows into 16-row warp tiles. Rows [row_begin,
-// row_end) are grouped in units of `unit_rows` and a tile never crosses a
-// unit; with tiles_per_cta = 4 each warp takes its own tile and all warps walk
-// the same blocks, with 1 the 4 warps would share one tile and interleave its
-// blocks. launch_block_scores makes the rows one unit, four tiles per CTA.
-struct ScoreLaunch {
-  std::int64_t row_begin = 0;
-  std::int64_t row_end = 0;
-  std::int64_t unit_rows = 0;
-  std::int64_t tiles_per_unit = 0;
-  std::int64_t num_tiles = 0;
-  int tiles_per_cta = 1;
-  std::int32_t blocks_per_split = 16;
-};
-
 struct ScoreParams {
   const std::uint16_t* q = nullptr;  // [num_tokens, H, 128] bf16/fp16 bits
   const std::uint8_t* keys = nullptr;  // index cache base (bytes)
@@ -64,7 +49,8 @@ struct ScoreParams {
   std::int32_t max_blocks = 0;
   std::int32_t block_limit = 0;  // columns scored at most per row
   std::int32_t num_heads = 0;
-  ScoreLaunch l;
+  std::int64_t row_begin = 0;  // rows [row_begin, row_end) in 16-row tiles, kWarps tiles per CTA
+  std::int64_t row_end = 0;
   std::int64_t* check = nullptr;  // [8] or null
   float global_scale = 1.0f;      // nvfp4 keys: the cache's dequant scale
 };
@@ -244,21 +230,17 @@ __device__ __forceinline__ void block_max(const std::uint8_t* page, std::int32_t
   sb = mb;
 }
 
+// (kWarps * 32, 1): with the default bounds ptxas spills the fp16-query
+// variant on bf16 keys; the register file still holds two CTAs per SM.
 template <bool kQFp16, int kKeys>
-__global__ void __launch_bounds__(kWarps * 32) block_scores_kernel(const ScoreParams p) {
+__global__ void __launch_bounds__(kWarps * 32, 1) block_scores_kernel(const ScoreParams p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
-  const int tpc = p.l.tiles_per_cta;
-  const std::int64_t tile = std::int64_t(blockIdx.x) * tpc + warp % tpc;
-  if (tile >= p.l.num_tiles) return;  // whole warp
-  const int phase = warp / tpc, step = kWarps / tpc;
-
-  const std::int64_t unit = tile / p.l.tiles_per_unit;
-  const std::int64_t unit_begin = p.l.row_begin + unit * p.l.unit_rows;
-  const std::int64_t r0 = unit_begin + (tile - unit * p.l.tiles_per_unit) * kTileRows;
-  const std::int64_t r1 = min(min(r0 + kTileRows, unit_begin + p.l.unit_rows), p.l.row_end);
-  const std::int32_t split_begin = static_cast<std::int32_t>(blockIdx.y) * p.l.blocks_per_split;
-  const std::int32_t split_end = min(split_begin + p.l.blocks_per_split, p.block_limit);
+  const std::int64_t r0 = p.row_begin + (std::int64_t(blockIdx.x) * kWarps + warp) * kTileRows;
+  if (r0 >= p.row_end) return;  // whole warp
+  const std::int64_t r1 = min(r0 + kTileRows, p.row_end);
+  const std::int32_t split_begin = static_cast<std::int32_t>(blockIdx.y) * kBlocksPerSplit;
+  const std::int32_t split_end = min(split_begin + kBlocksPerSplit, p.block_limit);
 
   const RowInfo ra = row_info(p, r0 + g, r1);
   const RowInfo rb = row_info(p, r0 + g + 8, r1);
@@ -276,7 +258,8 @@ __global__ void __launch_bounds__(kWarps * 32) block_scores_kernel(const ScorePa
     const std::int32_t pa = la >= 0 ? ra.pos : -1;
     const std::int32_t pb = lb >= 0 ? rb.pos : -1;
     const std::int32_t b_end = min(split_end - 1, warp_max(max(la, lb)));
-    for (std::int32_t blk = split_begin + phase; blk <= b_end; blk += step) {
+#pragma unroll 1
+    for (std::int32_t blk = split_begin; blk <= b_end; ++blk) {
       const std::int32_t page = p.table.at(r, blk);
       float sa, sb;
       if (page < 0 || page >= p.num_pages) {
@@ -301,15 +284,8 @@ __global__ void __launch_bounds__(kWarps * 32) block_scores_kernel(const ScorePa
 void launch_block_scores(const StepView& step, const IndexerArgs& args, float* scores,
                          std::int32_t max_blocks, std::int32_t block_limit, std::int64_t row_begin,
                          std::int64_t row_end, std::int64_t* check, cudaStream_t stream) {
-  ScoreLaunch launch;
-  launch.row_begin = row_begin;
-  launch.row_end = row_end;
-  launch.unit_rows = row_end - row_begin;
-  launch.tiles_per_unit = (launch.unit_rows + kTileRows - 1) / kTileRows;
-  launch.num_tiles = launch.tiles_per_unit;
-  launch.tiles_per_cta = 4;
-  launch.blocks_per_split = kBlocksPerSplit;
-  if (launch.num_tiles <= 0 || block_limit <= 0) return;
+  const std::int64_t num_tiles = (row_end - row_begin + kTileRows - 1) / kTileRows;
+  if (num_tiles <= 0 || block_limit <= 0) return;
   ScoreParams p;
   p.q = static_cast<const std::uint16_t*>(args.index_q);
   p.keys = static_cast<const std::uint8_t*>(args.cache.base);
@@ -323,10 +299,11 @@ void launch_block_scores(const StepView& step, const IndexerArgs& args, float* s
   p.max_blocks = max_blocks;
   p.block_limit = block_limit;
   p.num_heads = args.num_kv_heads;
-  p.l = launch;
+  p.row_begin = row_begin;
+  p.row_end = row_end;
   p.check = check;
-  const dim3 grid(static_cast<unsigned>((launch.num_tiles + launch.tiles_per_cta - 1) / launch.tiles_per_cta),
-                  static_cast<unsigned>((block_limit + launch.blocks_per_split - 1) / launch.blocks_per_split));
+  const dim3 grid(static_cast<unsigned>((num_tiles + kWarps - 1) / kWarps),
+                  static_cast<unsigned>((block_limit + kBlocksPerSplit - 1) / kBlocksPerSplit));
   const bool q16 = args.iq_dtype == DType::fp16;
   const int threads = kWarps * 32;
   auto run = [&](auto q_fp16, auto keys) {
