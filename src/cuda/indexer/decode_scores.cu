@@ -9,9 +9,9 @@
 // single long request spreads over every SM and a large batch keeps each CTA
 // on one or two requests.
 //
-// A CTA is one producer warp and 6 or 11 consumer warps around a ring of
-// shared-memory stages, one page of index keys each, bulk-copied as it lies
-// in memory (a page is contiguous: one copy of it reads faster than the two
+// A CTA is one producer warp and 6 (bf16), 8 (fp8) or 11 (nvfp4) consumer
+// warps around a ring of shared-memory stages, one page of index keys each,
+// bulk-copied as it lies in memory (a page is contiguous: one copy of it reads faster than the two
 // 128-byte-swizzled tensor boxes a bf16 page takes), with full / empty
 // mbarriers. Consumer warp w of n takes the CTA's blocks w, w + n, ...
 // and scores all 128 keys of a block against the unit's rows with mma.sync:
@@ -63,7 +63,9 @@ constexpr int stage_bytes() {
 }
 // Consumer warps: 11 for nvfp4 (with the producer, three per SM sub-partition,
 // the most that leave each its 168 registers: its conversions are long chains
-// of dependent instructions), 6 for the formats bound by memory. Warp w of n
+// of dependent instructions), 8 for fp8 (a page carries half of bf16's bytes
+// for the same conversions and MMAs per key, so more warps keep the loads
+// going; 8 stages against 6 consumers' 12), 6 for bf16. Warp w of n
 // takes the CTA's blocks w, w + n, ..., and the stages are a multiple of n, so
 // that stage s only ever has warp s % n as its consumer: a warp waits on a
 // stage's fill only after it consumed the stage's previous fill itself. (With
@@ -71,7 +73,7 @@ constexpr int stage_bytes() {
 // full barrier's parity would read a fill two rounds back as this one.)
 template <DecodeKeys K>
 constexpr int num_consumers() {
-  return K == DecodeKeys::nvfp4 ? 11 : 6;
+  return K == DecodeKeys::nvfp4 ? 11 : K == DecodeKeys::e4m3 ? 8 : 6;
 }
 template <DecodeKeys K>
 constexpr int num_stages() {
