@@ -110,7 +110,10 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
 // w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
 // 0 and -inf when no slot has a partial; a row whose slot 0 holds +inf (a
 // token tile that ran whole in a step whose last tiles split) is left as it
-// is. Each lane owns 4 of the 128 dims. Runs when gate is null or *gate != 0.
+// is. Runs when gate is null or *gate != 0. The row is memory-bound: each
+// half-warp takes every other slot, a lane 8 of the 128 dims (16-byte loads),
+// with four slots per half in flight; the halves add up at the end. A slot
+// of weight 0 is not read (its partial may never have been written).
 //   partial_out: [rows, topk, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
 template <bool kF16>
 __global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk,
@@ -128,22 +131,43 @@ __global__ void merge_partials(const std::uint16_t* partial_out, const float* pa
   const float wa = a == -INFINITY ? 0.0f : __expf(a - mx), wb = b == -INFINITY ? 0.0f : __expf(b - mx);
   float sum = wa + wb;
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  const std::uint16_t* po = partial_out + row * topk * kDim + 4 * lane;
-  for (int k = 0; k < topk; ++k) {
-    const float w = __shfl_sync(0xffffffffu, k < 32 ? wa : wb, k & 31);
-    if (w == 0.0f) continue;  // uniform over the warp
-    const uint2 v = *reinterpret_cast<const uint2*>(po + std::int64_t(k) * kDim);
-    acc[0] += w * to_float<kF16>(std::uint16_t(v.x & 0xffffu));
-    acc[1] += w * to_float<kF16>(std::uint16_t(v.x >> 16));
-    acc[2] += w * to_float<kF16>(std::uint16_t(v.y & 0xffffu));
-    acc[3] += w * to_float<kF16>(std::uint16_t(v.y >> 16));
+  const int half = lane >> 4, dims = 8 * (lane & 15);
+  const std::uint16_t* po = partial_out + row * topk * kDim + dims;
+  constexpr int kInFlight = 4;  // slots per half-warp and pass
+  float acc[8] = {};
+  for (int k0 = 0; k0 < topk; k0 += 2 * kInFlight) {
+    float w[kInFlight];
+    uint4 v[kInFlight];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      // Slots k and k ^ 1 lie on the same side of 32, so every lane passes
+      // the same one of wa / wb.
+      const int k = k0 + 2 * u + half;
+      const float wk = __shfl_sync(0xffffffffu, k < 32 ? wa : wb, k & 31);
+      w[u] = k < topk ? wk : 0.0f;
+      v[u] = w[u] != 0.0f ? *reinterpret_cast<const uint4*>(po + std::int64_t(k) * kDim) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const std::uint32_t words[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        acc[2 * e] += w[u] * to_float<kF16>(std::uint16_t(words[e] & 0xffffu));
+        acc[2 * e + 1] += w[u] * to_float<kF16>(std::uint16_t(words[e] >> 16));
+      }
+    }
   }
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  uint2 o;
-  o.x = pack2<kF16>(acc[0] * inv, acc[1] * inv);
-  o.y = pack2<kF16>(acc[2] * inv, acc[3] * inv);
-  *reinterpret_cast<uint2*>(out + row * kDim + 4 * lane) = o;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], 16);
+  if (half == 0) {
+    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    uint4 o;
+    o.x = pack2<kF16>(acc[0] * inv, acc[1] * inv);
+    o.y = pack2<kF16>(acc[2] * inv, acc[3] * inv);
+    o.z = pack2<kF16>(acc[4] * inv, acc[5] * inv);
+    o.w = pack2<kF16>(acc[6] * inv, acc[7] * inv);
+    *reinterpret_cast<uint4*>(out + row * kDim + dims) = o;
+  }
   if (lse != nullptr && lane == 0) lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 }
 
