@@ -1,13 +1,14 @@
 // The k2q plan on the device (include/msa/cuda.hpp, build_k2q): a stable
 // radix sort of the (token, head, slot) edges by row, which keeps the tokens of
-// a row in ascending order, plus a per-row count and its prefix sum for the
-// CSR offsets.
+// a row in ascending order; the CSR offsets are where each row starts among
+// the sorted keys.
 //   1. row_start: blocks per request, exclusive sum (CUB);
 //   2. one thread per (token, head) list: the row key of each good entry
 //      (absent, ineligible or repeated entries get the key past the last
-//      row), its count, and the per-row histogram;
-//   3. offsets: exclusive sum of the histogram (CUB);
-//   4. the edges (key, flat index) sorted by key, stable (CUB);
+//      row) and the list's count;
+//   3. the edges (key, flat index) sorted by key, stable (CUB);
+//   4. offsets[r]: the first sorted key >= r (a binary search per row; no
+//      per-row histogram, whose atomics meet on the few rows of a step);
 //   5. tokens and slots of the first nnz sorted edges.
 #include <cuda_runtime.h>
 
@@ -38,7 +39,6 @@ std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
 struct Layout {
   std::size_t blocks = 0;     // int64 [num_requests + 1] blocks per request, then row_start
   std::size_t row_start = 0;  // int64 [num_requests + 1]
-  std::size_t hist = 0;       // int32 [total_rows + 1] edges per row (the last stays 0)
   std::size_t keys_in = 0;    // uint32 [edges]
   std::size_t keys_out = 0;   // uint32 [edges]
   std::size_t vals_in = 0;    // int32 [edges] flat edge index (t * H + h) * K + k
@@ -69,21 +69,18 @@ Layout layout_of(std::int32_t num_tokens, std::int32_t num_requests, int num_kv_
   };
   l.blocks = take(sizeof(std::int64_t) * std::size_t(num_requests + 1));
   l.row_start = take(sizeof(std::int64_t) * std::size_t(num_requests + 1));
-  l.hist = take(sizeof(std::int32_t) * std::size_t(total_rows + 1));
   l.keys_in = take(sizeof(std::uint32_t) * std::size_t(edges));
   l.keys_out = take(sizeof(std::uint32_t) * std::size_t(edges));
   l.vals_in = take(sizeof(std::int32_t) * std::size_t(edges));
   l.vals_out = take(sizeof(std::int32_t) * std::size_t(edges));
-  std::size_t scan_req = 0, scan_rows = 0, sort = 0;
+  std::size_t scan_req = 0, sort = 0;
   MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_req, static_cast<const std::int64_t*>(nullptr),
                                                static_cast<std::int64_t*>(nullptr), num_requests + 1));
-  MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_rows, static_cast<const std::int32_t*>(nullptr),
-                                               static_cast<std::int64_t*>(nullptr), total_rows + 1));
   MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const std::uint32_t*>(nullptr),
                                                  static_cast<std::uint32_t*>(nullptr),
                                                  static_cast<const std::int32_t*>(nullptr),
                                                  static_cast<std::int32_t*>(nullptr), edges, 0, l.end_bit));
-  l.temp_bytes = std::max({scan_req, scan_rows, sort, std::size_t(1)});
+  l.temp_bytes = std::max({scan_req, sort, std::size_t(1)});
   l.temp = take(l.temp_bytes);
   l.bytes = at;
   return l;
@@ -98,13 +95,12 @@ __global__ void count_blocks(const std::int32_t* seq_lens, std::int32_t num_requ
 }
 
 // One thread per (token, KV head) list: the row key of every entry (past the
-// last row when the entry is not placed), the list's count, and the per-row
-// histogram.
+// last row when the entry is not placed) and the list's count.
 //   keys, vals: [num_tokens * num_kv_heads * topk]; counts: [num_tokens, num_kv_heads]
-//   row_start: [num_requests + 1]; hist: [total_rows + 1]
+//   row_start: [num_requests + 1]
 __global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::int64_t num_rows,
                           const std::int64_t* row_start, std::uint32_t* keys, std::int32_t* vals,
-                          std::int32_t* counts, std::int32_t* hist, std::int64_t* check) {
+                          std::int32_t* counts, std::int64_t* check) {
   const std::int64_t list = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (list >= std::int64_t(step.num_tokens) * num_kv_heads) return;
   const int t = int(list / num_kv_heads), h = int(list - std::int64_t(t) * num_kv_heads);
@@ -143,15 +139,24 @@ __global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::i
     ++placed;
     return row;
   };
-  const int lane = threadIdx.x & 31;
-  for (int k = 0; k < K; ++k) {
-    const std::int64_t row = place(k, list * K + k);
-    // One atomic per distinct row among the lanes here (neighbouring tokens
-    // often select the same blocks, and few rows would serialize them).
-    const unsigned same = __match_any_sync(__activemask(), static_cast<unsigned long long>(row));
-    if (row >= 0 && __ffs(same) - 1 == lane) atomicAdd(&hist[row], __popc(same));
-  }
+  for (int k = 0; k < K; ++k) place(k, list * K + k);
   counts[list] = placed;
+}
+
+// offsets[r] = the first of the sorted keys that is >= r, r in [0, total_rows]
+// (a row's edges start there; offsets[total_rows] = the edges placed).
+//   keys: [edges] sorted; offsets: [total_rows + 1]
+__global__ void offsets_from_keys(const std::uint32_t* keys, std::int64_t edges, std::int64_t total_rows,
+                                  std::int64_t* offsets) {
+  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r > total_rows) return;
+  std::int64_t lo = 0, hi = edges;
+  while (lo < hi) {
+    const std::int64_t mid = (lo + hi) / 2;
+    if (std::int64_t(keys[mid]) < r) lo = mid + 1;
+    else hi = mid;
+  }
+  offsets[r] = lo;
 }
 
 // tokens[i], slots[i] of the first nnz sorted edges.
@@ -204,7 +209,6 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
   auto* ws = static_cast<unsigned char*>(workspace);
   auto* blocks = reinterpret_cast<std::int64_t*>(ws + l.blocks);
   auto* row_start = reinterpret_cast<std::int64_t*>(ws + l.row_start);
-  auto* hist = reinterpret_cast<std::int32_t*>(ws + l.hist);
   auto* keys_in = reinterpret_cast<std::uint32_t*>(ws + l.keys_in);
   auto* keys_out = reinterpret_cast<std::uint32_t*>(ws + l.keys_out);
   auto* vals_in = reinterpret_cast<std::int32_t*>(ws + l.vals_in);
@@ -215,18 +219,17 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
   count_blocks<<<grid_for(step.num_requests + 1), kThreads, 0, s>>>(step.seq_lens, step.num_requests, blocks);
   MSA_CUDA_CHECK_LAUNCH();
   MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, blocks, row_start, step.num_requests + 1, s));
-  MSA_CUDA_CHECK(cudaMemsetAsync(hist, 0, sizeof(std::int32_t) * std::size_t(total_rows + 1), s));
   if (edges > 0) {
     key_edges<<<grid_for(std::int64_t(step.num_tokens) * num_kv_heads), kThreads, 0, s>>>(
-        step, topk, num_kv_heads, num_rows, row_start, keys_in, vals_in, plan.counts, hist, check.buffer);
+        step, topk, num_kv_heads, num_rows, row_start, keys_in, vals_in, plan.counts, check.buffer);
     MSA_CUDA_CHECK_LAUNCH();
+    temp_bytes = l.temp_bytes;
+    MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, edges,
+                                                   0, l.end_bit, s));
   }
-  temp_bytes = l.temp_bytes;
-  MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, hist, plan.offsets, total_rows + 1, s));
+  offsets_from_keys<<<grid_for(total_rows + 1), kThreads, 0, s>>>(keys_out, edges, total_rows, plan.offsets);
+  MSA_CUDA_CHECK_LAUNCH();
   if (edges == 0) return;
-  temp_bytes = l.temp_bytes;
-  MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, edges, 0,
-                                                 l.end_bit, s));
   emit_edges<<<grid_for(edges), kThreads, 0, s>>>(vals_out, plan.offsets, total_rows, edges, num_kv_heads,
                                                   topk.topk, plan.tokens, plan.slots);
   MSA_CUDA_CHECK_LAUNCH();
