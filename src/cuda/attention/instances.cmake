@@ -45,7 +45,7 @@ set(_prefill_scaled_header "cuda/attention/prefill/kernel.cuh")
 set(_prefill_scaled_lines
   "template void launch_attend_wgmma_tiles<KIND, F16, true>(const AttendParams&, const KvMaps&, cudaStream_t)"
   "template void prepare_attend_wgmma_tiles<KIND, F16, true>()")
-set(_key_major_header "cuda/attention/prefill/kernel.cuh")
+set(_key_major_header "cuda/attention/key_major/kernel.cuh")
 set(_key_major_lines
   "template void launch_attend_key_major<F16>(const AttendParams&, const KvMaps&, cudaStream_t)"
   "template void prepare_attend_key_major<F16>()")

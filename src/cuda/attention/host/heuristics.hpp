@@ -205,7 +205,7 @@ inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
   return t.splits > 1 ? t.from + (tiles - t.from) * t.splits : tiles;
 }
 
-// ---- key-major prefill (prefill/kernel.cuh with kKeyMajor, key_major.cu) -----
+// ---- key-major prefill (key_major/kernel.cuh, key_major.cu) ------------------
 // A key-major work item is one (KV head, request, block) row of the k2q plan
 // (msa::cuda::build_k2q) with up to tokens_per_tile of the tokens that selected
 // the block: the tile's K / V block serves exactly the rows that need it, so a

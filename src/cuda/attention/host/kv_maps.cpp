@@ -16,9 +16,10 @@ namespace msa::cuda::attention {
 namespace {
 
 // A 3-D map of 16-bit rows [num_tokens, num_q_heads, 128]: boxes of 64 dims x
-// `group` heads x 64 / group tokens, 128-byte swizzle (make_query_map).
+// `group` heads x `box_tokens` tokens (64 / group: a warpgroup's 64 rows),
+// 128-byte swizzle (make_query_map).
 bool make_rows_map(const void* rows, DType dtype, std::int64_t num_tokens, int num_q_heads, int group,
-                   CUtensorMap& map) {
+                   CUtensorMap& map, int box_tokens = 0) {
   if (dtype != DType::bf16 && dtype != DType::fp16) return false;
   if (rows == nullptr || num_tokens <= 0 || num_q_heads <= 0 || group <= 0 || 64 % group != 0) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
@@ -26,7 +27,7 @@ bool make_rows_map(const void* rows, DType dtype, std::int64_t num_tokens, int n
   const std::int64_t row_bytes = std::int64_t(kHeadDim) * 2;  // one query head's 128 dims
   const cuuint64_t dims[3] = {cuuint64_t(kHeadDim), cuuint64_t(num_q_heads), cuuint64_t(num_tokens)};
   const cuuint64_t strides[2] = {cuuint64_t(row_bytes), cuuint64_t(row_bytes * num_q_heads)};
-  const cuuint32_t box[3] = {64u, cuuint32_t(group), cuuint32_t(64 / group)};
+  const cuuint32_t box[3] = {64u, cuuint32_t(group), cuuint32_t(box_tokens > 0 ? box_tokens : 64 / group)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
   const CUtensorMapDataType type =
       dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -91,6 +92,7 @@ bool make_kv_maps(const KVCacheView& c, KvMaps& maps) {
 bool make_query_map(const void* q, DType q_dtype, std::int64_t num_tokens, int num_q_heads, int group,
                     KvMaps& maps) {
   if (q_dtype != DType::bf16 && q_dtype != DType::fp16) return true;
+  maps.has_q_token = group >= 8 && make_rows_map(q, q_dtype, num_tokens, num_q_heads, group, maps.q_token, 1) ? 1 : 0;
   return make_rows_map(q, q_dtype, num_tokens, num_q_heads, group, maps.q);
 }
 

@@ -5,7 +5,8 @@
 // (page, head), written to shared memory with the 128-byte swizzle. fp8: a box
 // is the whole 128 x 128-byte tile, unswizzled (the kernel widens it).
 // The same struct carries the maps of the step's query rows (make_query_map),
-// through which the kernel loads a CTA's first tile of rows, and of its output
+// through which the kernel loads a CTA's first tile of rows (the key-major
+// kernel: each item's tokens), and of its output
 // rows (make_output_map), through which it stores whole warpgroups of rows.
 #pragma once
 
@@ -27,6 +28,8 @@ struct KvMaps {
   CUtensorMap q;      // the query rows (make_query_map)
   CUtensorMap out;    // the output rows (make_output_map), when has_out
   int has_out = 0;
+  CUtensorMap q_token;  // the query rows a token at a time (make_query_map), when has_q_token
+  int has_q_token = 0;
 };
 
 // Whether the driver offers the entry point that encodes tensor maps (the
@@ -46,7 +49,10 @@ bool make_kv_maps(const KVCacheView& cache, KvMaps& maps);
 // not needed (fp8 queries, which the kernel converts); false when a bf16 /
 // fp16 query cannot be mapped (a group that does not divide 64, or a driver
 // that cannot encode it): the wgmma tiles then do not run, since they load
-// such a query's first tile through the map.
+// such a query's first tile through the map. Also encodes maps.q_token, boxes
+// of one token (64 dims x `group` heads), when group >= 8 (a box is then whole
+// 1 KiB swizzle atoms), and sets maps.has_q_token: the key-major kernel
+// gathers its items' tokens through it.
 bool make_query_map(const void* q, DType q_dtype, std::int64_t num_tokens, int num_q_heads, int group,
                     KvMaps& maps);
 

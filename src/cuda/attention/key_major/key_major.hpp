@@ -1,7 +1,7 @@
 // The steps around the key-major launch of a prefill step (key_major.cu): the
 // k2q plan and its work items, the device's choice between the key-major and
 // the token-tile kernels, and the merge of each token's partials. The kernel
-// itself is attend_wgmma_tile_kernel<half, kF16, true> (prefill/kernel.cuh).
+// itself is attend_key_major_kernel (key_major/kernel.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,7 +45,7 @@ void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStr
 // slots per row) of the prefill rows into p.out / p.lse.
 void combine_tile_splits(const AttendParams& p, cudaStream_t stream);
 
-// The key-major kernel over the work items (prefill/kernel.cuh with kKeyMajor; instances.cmake).
+// The key-major kernel over the work items (key_major/kernel.cuh; instances.cmake).
 template <bool kF16>
 void launch_attend_key_major(const AttendParams& p, const KvMaps& maps, cudaStream_t stream);
 template <bool kF16>

@@ -1,8 +1,8 @@
 // The epilogue of the wgmma token-tile kernel's consumers (mainloop.cuh):
 // each warpgroup's 64 rows normalised, staged by stmatrix in its half of the
 // tile's Q buffer, then stored whole by TMA (whole tokens of an unsplit
-// query-major tile) or copied out row by row (split items, key-major
-// partials, tiles short of tokens), and the rows' lse.
+// tile) or copied out row by row (split items, tiles short of tokens), and
+// the rows' lse.
 #pragma once
 
 #include <cmath>
@@ -44,30 +44,21 @@ struct Consumer {
 __device__ __forceinline__ int group_shift(const AttendParams& p) { return __ffs(p.group) - 1; }
 
 // Where row `row` of a tile goes (-1: nowhere): tokens first .. first + count
-// - 1 of the step's output; key-major, the partials of the tile tokens'
-// (token, slot) edges (the plan list's kToken / kSlot). G divides 64 on the
-// wgmma tiles (use_wgmma_tiles): a power of two.
-template <bool kKeyMajor>
-__device__ __forceinline__ std::int64_t tile_row_target(const AttendParams& p, const unsigned char* list, int first,
-                                                        int count, int head, int row) {
+// - 1 of the step's output. G divides 64 on the wgmma tiles
+// (use_wgmma_tiles): a power of two.
+__device__ __forceinline__ std::int64_t tile_row_target(const AttendParams& p, int first, int count, int head,
+                                                        int row) {
   const int tok = row >> group_shift(p), g = row & (p.group - 1);
   const std::int64_t qh = std::int64_t(head) * p.group + g;
   if (tok >= count) return -1;
-  if constexpr (kKeyMajor) {
-    const int token = reinterpret_cast<const std::int32_t*>(list + TileList::kToken)[tok];
-    const int slot = reinterpret_cast<const std::int32_t*>(list + TileList::kSlot)[tok];
-    return (std::int64_t(token) * p.num_q_heads + qh) * p.topk.topk + slot;
-  } else {
-    return std::int64_t(first + tok) * p.num_q_heads + qh;
-  }
+  return std::int64_t(first + tok) * p.num_q_heads + qh;
 }
 
 // Where the thread's two rows of a tile go (tile_row_target).
-template <bool kKeyMajor>
-__device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Consumer& c, const unsigned char* list,
-                                                 int first, int count, int head, std::int64_t (&at)[2]) {
+__device__ __forceinline__ void tile_row_targets(const AttendParams& p, const Consumer& c, int first, int count,
+                                                 int head, std::int64_t (&at)[2]) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) at[i] = tile_row_target<kKeyMajor>(p, list, first, count, head, c.row0 + 8 * i);
+  for (int i = 0; i < 2; ++i) at[i] = tile_row_target(p, first, count, head, c.row0 + 8 * i);
 }
 
 // The thread's two rows' sums: the quad's parts of each added up.
@@ -112,34 +103,24 @@ __device__ __forceinline__ void stage_tile_rows(const AttendParams& p, const Con
 // (tile_row_target; a split item's share: target x splits + split), 16 bytes
 // per thread and chunk.
 //   out: [rows, 128] 16-bit (the output dtype or the partials')
-// Thread t of the warpgroup copies chunk t % 16 of rows t / 16 + 8 k. Token
-// rows (query-major) step from one 64-bit base by 32-bit offsets: row
-// tok x G + g goes to (first + tok, head x G + g), tok < 64.
-template <bool kKeyMajor>
+// Thread t of the warpgroup copies chunk t % 16 of rows t / 16 + 8 k. Rows
+// step from one 64-bit base by 32-bit offsets: row tok x G + g goes to
+// (first + tok, head x G + g), tok < 64.
 __device__ __forceinline__ void copy_out_rows(const AttendParams& p, const Consumer& c, const unsigned char* stage,
-                                              const unsigned char* list, int first, int count, int head, int split,
-                                              int splits, void* out) {
+                                              int first, int count, int head, int split, int splits, void* out) {
   const int t = ((c.row0 - 64 * c.wg) >> 4) * 32 + c.lane;  // the thread in its warpgroup (warp % 4, lane)
   const int e = t & 15;
   auto* base = static_cast<std::uint16_t*>(out) + 8 * e;
-  if constexpr (!kKeyMajor)
-    base += ((std::int64_t(first) * p.num_q_heads + std::int64_t(head) * p.group) * splits + split) * kDim;
+  base += ((std::int64_t(first) * p.num_q_heads + std::int64_t(head) * p.group) * splits + split) * kDim;
   const int shift = group_shift(p);
   // Rows t / 16 + 8 k share their swizzle (row % 8): 8 rows = 1 KiB apart.
   const unsigned char* src = stage + wgmma_q_offset(t >> 4, e);
 #pragma unroll
   for (int k = 0; k < 64 * 16 / 128; ++k) {
     const int row = (t >> 4) + 8 * k;  // in the warpgroup's 64
-    std::int64_t at;
-    if constexpr (kKeyMajor) {
-      at = tile_row_target<true>(p, list, first, count, head, 64 * c.wg + row);
-      if (at < 0) continue;
-      at = (at * splits + split) * kDim;
-    } else {
-      const int tile_row = 64 * c.wg + row, tok = tile_row >> shift, g = tile_row & (p.group - 1);
-      if (tok >= count) continue;
-      at = (tok * p.num_q_heads + g) * splits * kDim;
-    }
+    const int tile_row = 64 * c.wg + row, tok = tile_row >> shift, g = tile_row & (p.group - 1);
+    if (tok >= count) continue;
+    const std::int64_t at = (tok * p.num_q_heads + g) * splits * kDim;
     const uint4 v = *reinterpret_cast<const uint4*>(src + k * 8 * 128);
     *reinterpret_cast<uint4*>(base + at) = v;
   }
@@ -153,25 +134,23 @@ __device__ __forceinline__ bool issues_stores(const Consumer& c) { return c.row0
 // barrier), the wgmma reads (async proxy) ordered before the stores. The rows
 // are staged normalised in the layout the query rows came in (wgmma_q_offset:
 // two 128-byte-swizzled atoms of 64 dims), which a TMA store through the
-// output map (KvMaps::out) reads. The warpgroup's 64 rows go out by TMA when they are whole tokens of a query-major
-// tile that is not split (first + 64 wg / G .. of the output, all below
-// first + count) and the output has a map; then the stores stay in flight
-// (bulk_wait_read before the buffer is handed back, bulk_wait at the end).
-// Other rows (split items, key-major partials, tiles short of tokens) are
+// output map (KvMaps::out) reads. The warpgroup's 64 rows go out by TMA when
+// they are whole tokens of a tile that is not split (first + 64 wg / G .. of
+// the output, all below first + count) and the output has a map; then the
+// stores stay in flight (bulk_wait_read before the buffer is handed back,
+// bulk_wait at the end). Other rows (split items, tiles short of tokens) are
 // copied out by the warpgroup (copy_out_rows).
 //   sum: the rows' sums (row_sums)
-template <bool kKeyMajor>
 __device__ __forceinline__ void write_staged_tile(const AttendParams& p, const KvMaps& maps, const Consumer& c,
-                                                  const float (&o)[64], const float (&sum)[2], int b,
-                                                  const unsigned char* list, int first, int count, int head,
-                                                  int split, int splits, void* out) {
+                                                  const float (&o)[64], const float (&sum)[2], int b, int first,
+                                                  int count, int head, int split, int splits, void* out) {
   using W = WgmmaTile;
   unsigned char* stage = c.q_rows(b);
   sm90::fence_proxy_async();
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
   stage_tile_rows(p, c, o, sum, smem_u32(stage));
   const int tokens = 64 >> group_shift(p);  // per warpgroup
-  const bool by_tma = !kKeyMajor && splits == 1 && maps.has_out != 0 && (c.wg + 1) * tokens <= count;
+  const bool by_tma = splits == 1 && maps.has_out != 0 && (c.wg + 1) * tokens <= count;
   if (by_tma) sm90::fence_proxy_async();  // the staged rows before the TMA's reads
   sm90::named_barrier_sync(W::kStageBar + c.wg, 128);
   if (by_tma) {
@@ -187,7 +166,7 @@ __device__ __forceinline__ void write_staged_tile(const AttendParams& p, const K
       sm90::bulk_commit();
     }
   } else {
-    copy_out_rows<kKeyMajor>(p, c, stage, list, first, count, head, split, splits, out);
+    copy_out_rows(p, c, stage, first, count, head, split, splits, out);
   }
 }
 

@@ -63,18 +63,16 @@
 
 namespace msa::cuda::attention {
 
-// kKeyMajor: the tiles are key-major work items (plan_item), whose rows go to
-// the partials (bf16 / fp16 caches only). kScaled: bf16 / fp16 pages of fp8
+// kScaled: bf16 / fp16 pages of fp8
 // codes widened ahead with their per-token scales (p.cache.k_scales: float
 // [pages][heads][2][128], widen/choice.hpp), applied to the fp32 scores and
 // probabilities.
-template <KvKind kKind, bool kF16, bool kKeyMajor = false, bool kScaled = false>
+template <KvKind kKind, bool kF16, bool kScaled = false>
 __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     attend_wgmma_tile_kernel(const __grid_constant__ AttendParams p, const __grid_constant__ KvMaps maps) {
   // Formats read as stored run persistent CTAs over many tiles; converted ones a CTA per tile.
   constexpr bool kAsStored = !kv_format(kKind).converted;
-  static_assert(!kKeyMajor || kAsStored, "key-major runs on persistent (bf16 / fp16) CTAs");
-  static_assert(!kScaled || (kAsStored && !kKeyMajor), "scaled pages run as query-major token tiles");
+  static_assert(!kScaled || kAsStored, "scaled pages run on persistent (bf16 / fp16) CTAs");
   using W = WgmmaTile;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* smem = smem_raw + ((1024u - (smem_u32(smem_raw) & 1023u)) & 1023u);
@@ -92,13 +90,10 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   if (!has_tile(0)) return;
   auto plan = [&](int j, int b, int w, int lane, auto sync, auto workers, auto after_union, auto lead_load) {
     constexpr int kWorkers = decltype(workers)::value;
-    if constexpr (kKeyMajor)
-      plan_item<kF16, kWorkers>(p, tile_number(j), smem, b, w, sync);
-    else
-      plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync, after_union, lead_load,
-                                [&](unsigned char* q, int first, int head) {
-                                  load_q_rows(maps.q, q, bar.q_rows(), first, head, p.group);
-                                });
+    plan_tile<kF16, kWorkers>(p, tile_number(j), smem, b, w, lane, sync, after_union, lead_load,
+                              [&](unsigned char* q, int first, int head) {
+                                load_q_rows(maps.q, q, bar.q_rows(), first, head, p.group);
+                              });
   };
   auto no_lead = [](int, int) { return false; };
   auto plan_at = [&](int j) { return smem + W::kPlans + plan_buffer(j) * W::kPlanBytes; };
@@ -129,7 +124,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   int k_issued = 0;  // (the streaming warp)
   plan(0, plan_buffer(0), tid, lane, [] { __syncthreads(); }, std::integral_constant<int, W::kThreads>{},
        [&](int n, int head, unsigned char* list) {
-         if constexpr (kAsStored && !kKeyMajor) {
+         if constexpr (kAsStored) {
            if (warp != W::kProducerWarp) return;
            k_issued = lead_block(list) >= 0 ? 1 : 0;
            if (k_issued >= n) return;
@@ -140,7 +135,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
          }
        },
        [&](int page, int head) {
-         if constexpr (kAsStored && !kKeyMajor) {
+         if constexpr (kAsStored) {
            load_k_tile<kScaled>(maps, page, head, smem, bar, 0, p.cache.k_scales,
                                 p.num_kv_heads);  // (kLeadWorker: this warp's lane 0)
            return true;
@@ -191,7 +186,7 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
   // The turn to issue starts with warpgroup 0.
   if (wg == 1) sm90::named_barrier_arrive(W::kTurn, kTurnPeers);
   if constexpr (kAsStored)
-    consume_tiles<kF16, kKeyMajor, kScaled>(p, maps, c);
+    consume_tiles<kF16, kScaled>(p, maps, c);
   else
     consume_one_tile<kF16>(p, maps, c);
 }
@@ -208,7 +203,7 @@ void raise_smem_limit_once(std::atomic<std::uint64_t>& done, Kernel kernel) {
 template <KvKind kKind, bool kF16, bool kScaled>
 void prepare_attend_wgmma_tiles() {
   static std::atomic<std::uint64_t> done{0};
-  raise_smem_limit_once(done, attend_wgmma_tile_kernel<kKind, kF16, false, kScaled>);
+  raise_smem_limit_once(done, attend_wgmma_tile_kernel<kKind, kF16, kScaled>);
 }
 
 // Launches the wgmma token-tile kernel over p.tile_count tile numbers
@@ -225,27 +220,7 @@ void launch_attend_wgmma_tiles(const AttendParams& p, const KvMaps& maps, cudaSt
     ctas = std::min<std::int64_t>(ctas, std::max(device_sm_count(), 1));
   }
   if (ctas <= 0) return;
-  attend_wgmma_tile_kernel<kKind, kF16, false, kScaled>
-      <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);
-  MSA_CUDA_CHECK_LAUNCH();
-}
-
-template <bool kF16>
-void prepare_attend_key_major() {
-  static std::atomic<std::uint64_t> done{0};
-  raise_smem_limit_once(done, attend_wgmma_tile_kernel<KvKind::half, kF16, true>);
-}
-
-// Launches the key-major work items (p.km_items, at most p.tile_count, the
-// device's count behind p.tile_gate) on one persistent CTA per SM.
-template <bool kF16>
-void launch_attend_key_major(const AttendParams& p, const KvMaps& maps, cudaStream_t stream) {
-  prepare_attend_key_major<kF16>();
-  MSA_CHECK(p.tile_count <= std::numeric_limits<std::int32_t>::max(), "attend: ", p.tile_count,
-            " key-major work items exceed the kernel's limit of 2^31 - 1");
-  const std::int64_t ctas = std::min<std::int64_t>(p.tile_count, std::max(device_sm_count(), 1));
-  if (ctas <= 0) return;
-  attend_wgmma_tile_kernel<KvKind::half, kF16, true>
+  attend_wgmma_tile_kernel<kKind, kF16, kScaled>
       <<<dim3(static_cast<unsigned>(ctas)), dim3(WgmmaTile::kThreads), WgmmaTile::kBytes, stream>>>(p, maps);
   MSA_CUDA_CHECK_LAUNCH();
 }

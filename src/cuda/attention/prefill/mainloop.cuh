@@ -7,7 +7,6 @@
 //  - consume_tiles (bf16 / fp16, persistent CTAs): QK(i) and PV(i - 1) as two
 //    wgmma groups, the scores' softmax of block i while the warpgroup's own
 //    PV(i - 1) is in flight; tiles follow each other through the plan buffers.
-//    Key-major work items run here too (one block per tile), writing partials.
 //  - consume_one_tile (fp8, one tile per CTA): one wgmma group per round and a
 //    single softmax site, which keeps the instance small (measured 13% faster
 //    on 16K-32K-token chunks than the overlapped loop).
@@ -126,7 +125,7 @@ inline constexpr int kTurnPeers = WgmmaTile::kConsumers * 128;
 // the K slot's scale array): the scores times the K scales before the
 // softmax, the probabilities times the V scales after it (the sums stay
 // unscaled); every thread releases the slots itself.
-template <bool kF16, bool kKeyMajor, bool kScaled = false>
+template <bool kF16, bool kScaled = false>
 __device__ __forceinline__ void consume_tiles(const AttendParams& p, const KvMaps& maps, const Consumer& c) {
   using W = WgmmaTile;
   const float scale = p.score_scale_log2;
@@ -220,31 +219,28 @@ __device__ __forceinline__ void consume_tiles(const AttendParams& p, const KvMap
       prev_active = active;
     }
     g0 += n;
-    const unsigned char* list = c.plan(b) + W::kHeaderBytes;
     std::int64_t at[2];
-    tile_row_targets<kKeyMajor>(p, c, list, first, count, head, at);
-    void* out = kKeyMajor ? p.km_partial_out : p.out;
-    float* lse = kKeyMajor ? p.km_partial_lse : p.lse;
+    tile_row_targets(p, c, first, count, head, at);
+    void* out = p.out;
+    float* lse = p.lse;
     int split = 0, splits = 1;
-    if constexpr (!kKeyMajor) {
-      const TileItem it = tile_item(p, c.tile_number(j));  // as planned
-      if (it.splits > 1) {
-        // A split item: the rows' partials of its share.
-        split = it.split;
-        splits = it.splits;
-        out = p.tile_partial_out;
-        lse = p.tile_partial_lse;
-      }
+    const TileItem it = tile_item(p, c.tile_number(j));  // as planned
+    if (it.splits > 1) {
+      // A split item: the rows' partials of its share.
+      split = it.split;
+      splits = it.splits;
+      out = p.tile_partial_out;
+      lse = p.tile_partial_lse;
     }
     // The rows first, then the lse: no global store ahead of the staging's
     // proxy fence.
     float sum[2];
     row_sums(l, sum);
-    write_staged_tile<kKeyMajor>(p, maps, c, o, sum, b, list, first, count, head, split, splits, out);
+    write_staged_tile(p, maps, c, o, sum, b, first, count, head, split, splits, out);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
       if (at[i] >= 0) at[i] = at[i] * splits + split;
-    if (!kKeyMajor && splits == 1 && p.tile_splits > 1 && (c.lane & 3) == 0) {
+    if (splits == 1 && p.tile_splits > 1 && (c.lane & 3) == 0) {
       // A whole tile of a step whose last tiles split: lse slot 0 of its
       // rows' partials tells the merge to leave them (+inf, never an lse).
 #pragma unroll
@@ -349,10 +345,10 @@ __device__ __forceinline__ void consume_one_tile(const AttendParams& p, const Kv
     prev_active = active;
   }
   std::int64_t at[2];
-  tile_row_targets<false>(p, c, nullptr, first, count, head, at);
+  tile_row_targets(p, c, first, count, head, at);
   float sum[2];
   row_sums(l, sum);
-  write_staged_tile<false>(p, maps, c, o, sum, 0, nullptr, first, count, head, 0, 1, p.out);
+  write_staged_tile(p, maps, c, o, sum, 0, first, count, head, 0, 1, p.out);
   write_tile_lse(c, m, sum, at, p.lse);
   if (issues_stores(c)) sm90::bulk_wait();
 }

@@ -1,8 +1,6 @@
 // Planning one tile of the wgmma token-tile kernel: the tile lookup, token
 // positions, the union list (shared/tile_scheduler.cuh) and the tile's query
 // rows in the swizzled layout wgmma reads, into one of the two plan buffers.
-// A key-major launch plans work items instead (plan_item): one block and the
-// tokens of the k2q plan that selected it.
 #pragma once
 
 #include <cstdint>
@@ -163,55 +161,6 @@ __device__ __forceinline__ void plan_tile(const AttendParams& p, std::int64_t it
     sm90::mbar_wait(WgmmaBars{smem_u32(smem + W::kBars)}.q_rows(), 0);
   else if (t.count > 0)
     stage_q_rows<kF16, kWorkers>(p, q, t.count, t.head, token_of, w);
-  sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)
-  sync();
-}
-
-// Plans key-major work item `item` (p.km_items) into plan buffer b like
-// plan_tile: a one-entry list (the item's block, selected by all its tokens;
-// none when its page is outside the cache, recorded in the DeviceCheck), the
-// tokens' ids, slots and positions, and their query rows in Q buffer b.
-template <bool kF16, int kWorkers, class Sync>
-__device__ __forceinline__ void plan_item(const AttendParams& p, std::int64_t item, unsigned char* smem, int b,
-                                          int w, Sync sync) {
-  using W = WgmmaTile;
-  static_assert(kWorkers >= kTileMaxTokens, "a worker per tile token");
-  const KeyMajorItem it = p.km_items[item];
-  unsigned char* plan = smem + W::kPlans + b * W::kPlanBytes;
-  unsigned char* list = plan + W::kHeaderBytes;
-  unsigned char* q = smem + W::kQ + b * W::kQBuf;
-  auto* header = reinterpret_cast<std::int32_t*>(plan);
-  auto* pos = reinterpret_cast<std::int32_t*>(list + TileList::kPos);
-  auto* token = reinterpret_cast<std::int32_t*>(list + TileList::kToken);
-  auto* slot = reinterpret_cast<std::int32_t*>(list + TileList::kSlot);
-  const int r = it.request, count = it.count;
-  if (w < count) {
-    const int t = p.km_tokens[it.edge + w];
-    token[w] = t;
-    slot[w] = p.km_slots[it.edge + w];
-    pos[w] = token_position(t, p.seq_lens[r], p.query_start[r], p.query_start[r + 1]);
-  }
-  if (w == 0) {
-    // The k2q plan placed only eligible blocks of valid requests; the page is checked here.
-    const int page = r < p.table.num_rows && it.block < p.table.max_blocks
-                         ? p.table.at(r, it.block)
-                         : -1;
-    const bool good = page >= 0 && page < p.cache.num_pages;
-    if (!good) detail::record_bad(p.check, detail::kBadBlockTable, r, it.block, 0, page, p.cache.num_pages);
-    *reinterpret_cast<std::uint64_t*>(list + TileList::kEntryMask) =
-        count >= 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << count) - 1;
-    *reinterpret_cast<std::int32_t*>(list + TileList::kEntryBlock) = it.block;
-    *reinterpret_cast<std::int32_t*>(list + TileList::kEntryPage) = good ? page : 0;
-    header[PlanHeader::kEntries] = good ? 1 : 0;
-  }
-  sync();
-  if (w == 0) {
-    int max_pos = -1;
-    for (int tok = 0; tok < count; ++tok) max_pos = max(max_pos, pos[tok]);
-    write_plan_header(header, r, 0, count, it.head, header[PlanHeader::kEntries], max_pos);
-  }
-  // The rows: row = tok * G + g of token token[tok], query head head * G + g.
-  stage_q_rows<kF16, kWorkers>(p, q, count, it.head, [&](int tok) { return token[tok]; }, w);
   sm90::fence_proxy_async();  // the Q tiles are read by wgmma (async proxy)
   sync();
 }

@@ -37,9 +37,7 @@ struct TileList {
   static constexpr int kEntryBlock = kEntryMask + kTileMaxPairs * 8;  // int32 [512] union, ascending block ids
   static constexpr int kEntryPage = kEntryBlock + kTileMaxPairs * 4;  // int32 [512] their pages
   static constexpr int kPos = kEntryPage + kTileMaxPairs * 4;         // int32 [64] position of tile token t or -1
-  static constexpr int kToken = kPos + kTileMaxTokens * 4;           // int32 [64] key-major: query token of t
-  static constexpr int kSlot = kToken + kTileMaxTokens * 4;          // int32 [64] key-major: its top-k slot
-  static constexpr int kScalars = kSlot + kTileMaxTokens * 4;        // int32 [4]: entries, distinct ids, lead block, its page
+  static constexpr int kScalars = kPos + kTileMaxTokens * 4;         // int32 [4]: entries, distinct ids, lead block, its page
   static constexpr int kBytes = kScalars + 16;
   static constexpr int kLeadBlock = 2, kLeadPage = 3;  // indices into kScalars: the lead block (-1: none), its page
 };
