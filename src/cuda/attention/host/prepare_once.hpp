@@ -23,6 +23,14 @@ void once_per_device(std::atomic<std::uint64_t>& done, Prepare&& prepare) {
   done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
+// Raises `kernel`'s dynamic shared-memory limit to `bytes`, once per device.
+template <class Kernel>
+void raise_smem_limit_once(std::atomic<std::uint64_t>& done, Kernel kernel, int bytes) {
+  once_per_device(done, [&](int) {
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  });
+}
+
 // A launch of `grid` CTAs of `threads` threads and `smem` bytes of dynamic
 // shared memory in clusters of `size` along x; `attr` holds the attribute the
 // configuration points to.

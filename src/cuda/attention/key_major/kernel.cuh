@@ -73,10 +73,7 @@ __global__ void __launch_bounds__(KeyMajorTile::kThreads, 1)
 template <bool kF16>
 void prepare_attend_key_major() {
   static std::atomic<std::uint64_t> done{0};
-  once_per_device(done, [&](int) {
-    MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_key_major_kernel<kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        KeyMajorTile::kBytes));
-  });
+  raise_smem_limit_once(done, attend_key_major_kernel<kF16>, KeyMajorTile::kBytes);
 }
 
 // Launches the key-major work items (p.km_items, at most p.tile_count, the

@@ -191,19 +191,10 @@ __global__ void __launch_bounds__(WgmmaTile::kThreads, 1)
     consume_one_tile<kF16>(p, maps, c);
 }
 
-// Raises `kernel`'s dynamic shared-memory limit to WgmmaTile::kBytes, once per
-// device (`done`: once_per_device).
-template <class Kernel>
-void raise_smem_limit_once(std::atomic<std::uint64_t>& done, Kernel kernel) {
-  once_per_device(done, [&](int) {
-    MSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WgmmaTile::kBytes));
-  });
-}
-
 template <KvKind kKind, bool kF16, bool kScaled>
 void prepare_attend_wgmma_tiles() {
   static std::atomic<std::uint64_t> done{0};
-  raise_smem_limit_once(done, attend_wgmma_tile_kernel<kKind, kF16, kScaled>);
+  raise_smem_limit_once(done, attend_wgmma_tile_kernel<kKind, kF16, kScaled>, WgmmaTile::kBytes);
 }
 
 // Launches the wgmma token-tile kernel over p.tile_count tile numbers
