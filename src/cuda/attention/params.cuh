@@ -87,7 +87,7 @@ struct AttendParams {
   const KeyMajorItem* km_items = nullptr;   // [tile_count]
   const std::int32_t* km_tokens = nullptr;  // [edges] the k2q plan's tokens
   const std::int32_t* km_slots = nullptr;   // [edges] their slots
-  void* km_partial_out = nullptr;         // [num_tokens, num_q_heads, topk.topk, 128] out dtype
+  void* km_partial_out = nullptr;         // [num_tokens, topk.topk, num_q_heads, 128] out dtype
   float* km_partial_lse = nullptr;        // [num_tokens, num_q_heads, topk.topk]
   // Row-kernel launch: CTA blockIdx.x is row-kernel CTA cta_offset + blockIdx.x
   // (decode and prefill rows launch apart). cluster_splits > 1: the launch's

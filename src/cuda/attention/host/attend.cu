@@ -324,6 +324,8 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     k.km_slots = km.slots();
     k.km_partial_out = km.partial_out();
     k.km_partial_lse = km.partial_lse();
+    make_partials_map(k.km_partial_out, args.out_dtype, std::int64_t(step.num_tokens) * p.topk.topk, p.num_q_heads,
+                      group, maps);
     // The MMA type is the cache's.
     if (kv == DType::fp16) launch_attend_key_major<true>(k, maps, st);
     else launch_attend_key_major<false>(k, maps, st);

@@ -100,4 +100,9 @@ void make_output_map(void* out, DType out_dtype, std::int64_t num_tokens, int nu
   maps.has_out = make_rows_map(out, out_dtype, num_tokens, num_q_heads, group, maps.out) ? 1 : 0;
 }
 
+void make_partials_map(void* partials, DType dtype, std::int64_t rows, int num_q_heads, int group, KvMaps& maps) {
+  maps.has_partials =
+      group >= 8 && make_rows_map(partials, dtype, rows, num_q_heads, group, maps.partials, 1) ? 1 : 0;
+}
+
 }  // namespace msa::cuda::attention

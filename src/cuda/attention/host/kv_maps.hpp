@@ -30,6 +30,8 @@ struct KvMaps {
   int has_out = 0;
   CUtensorMap q_token;  // the query rows a token at a time (make_query_map), when has_q_token
   int has_q_token = 0;
+  CUtensorMap partials;  // the key-major partials (make_partials_map), when has_partials
+  int has_partials = 0;
 };
 
 // Whether the driver offers the entry point that encodes tensor maps (the
@@ -62,5 +64,12 @@ bool make_query_map(const void* q, DType q_dtype, std::int64_t num_tokens, int n
 // swizzled layout) as two boxes. When it cannot be encoded, has_out stays 0
 // and the kernel writes the rows with its own stores.
 void make_output_map(void* out, DType out_dtype, std::int64_t num_tokens, int num_q_heads, int group, KvMaps& maps);
+
+// Encodes maps.partials over the key-major partials [tokens x topk, num_q_heads,
+// 128] (16-bit, 16-byte aligned) as maps.q_token is the query (boxes of 64
+// dims x `group` heads of one (token, slot)), when group >= 8, and sets
+// maps.has_partials: the key-major kernel then stores a token's staged rows
+// by TMA; otherwise it copies them.
+void make_partials_map(void* partials, DType dtype, std::int64_t rows, int num_q_heads, int group, KvMaps& maps);
 
 }  // namespace msa::cuda::attention

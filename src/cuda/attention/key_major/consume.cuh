@@ -3,8 +3,8 @@
 // query head head x G + g of the item's token tok). An item is one block, so
 // a row's softmax is one pass: S = Q K^T, the masked softmax, O = P V, then
 // the rows normalised, staged in the warpgroup's half of the item's Q buffer
-// and copied to their partials (token, query head, top-k slot), with their
-// lse. The warpgroups take turns to issue (QK of one while the other runs its
+// and stored to their partials ([tokens, topk, q_heads, 128]: a token's G
+// rows for one slot lie together), by TMA where G >= 8, with their lse. The warpgroups take turns to issue (QK of one while the other runs its
 // softmax, then PV likewise: "ping-pong" on two named barriers).
 #pragma once
 
@@ -25,16 +25,22 @@ static_assert(KeyMajorTile::kQBytes == WgmmaTile::kQBytes && KeyMajorTile::kQAto
                   KeyMajorTile::kAtomBytes == WgmmaTile::kAtomBytes,
               "the key-major buffers follow the token tiles' layout");
 
-// Partial row of item row `row` (tok x G + g), -1 past the item's tokens.
-__device__ __forceinline__ std::int64_t key_major_target(const AttendParams& p, const KeyMajorInfo& info, int row) {
+// Where item row `row` (tok x G + g) goes, -1 past the item's tokens: its lse
+// at [tokens, q_heads, topk] (lse) and its row at [tokens, topk, q_heads] (out).
+struct KeyMajorTarget {
+  std::int64_t lse, out;
+};
+__device__ __forceinline__ KeyMajorTarget key_major_target(const AttendParams& p, const KeyMajorInfo& info, int row) {
   const int tok = row >> group_shift(p), g = row & (p.group - 1);
-  if (tok >= info.count) return -1;
-  return (std::int64_t(info.token[tok]) * p.num_q_heads + std::int64_t(info.head) * p.group + g) * p.topk.topk +
-         info.slot[tok];
+  if (tok >= info.count) return {-1, -1};
+  const std::int64_t token = info.token[tok], qh = std::int64_t(info.head) * p.group + g;
+  const int slot = info.slot[tok];
+  return {(token * p.num_q_heads + qh) * p.topk.topk + slot, (token * p.topk.topk + slot) * p.num_q_heads + qh};
 }
 
-// The warpgroup's staged rows (wgmma_q_offset's layout) to their partials:
-// thread t of the warpgroup copies chunk t % 16 of rows t / 16 + 8 k.
+// The warpgroup's staged rows (wgmma_q_offset's layout) to their partials by
+// the threads' own stores: thread t of the warpgroup copies chunk t % 16 of
+// rows t / 16 + 8 k.
 //   out: [partials, 128] 16-bit
 __device__ __forceinline__ void copy_key_major_rows(const AttendParams& p, const KeyMajorInfo& info, int wg, int t,
                                                     const unsigned char* stage, std::uint16_t* out) {
@@ -43,20 +49,36 @@ __device__ __forceinline__ void copy_key_major_rows(const AttendParams& p, const
   const unsigned char* src = stage + wgmma_q_offset(t >> 4, e);
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const std::int64_t at = key_major_target(p, info, 64 * wg + (t >> 4) + 8 * k);
+    const std::int64_t at = key_major_target(p, info, 64 * wg + (t >> 4) + 8 * k).out;
     if (at < 0) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(src + k * 8 * 128);
-    *reinterpret_cast<uint4*>(out + at * kDim + 8 * e) = v;
+    *reinterpret_cast<uint4*>(out + at * kDim + 8 * e) = *reinterpret_cast<const uint4*>(src + k * 8 * 128);
   }
+}
+
+// The same by TMA (maps.partials, G >= 8): per token of the warpgroup, its G
+// staged rows (whole 1 KiB atoms) as one box per 64-dim half, to the G
+// contiguous rows of its (token, slot). One thread issues them, as a bulk group.
+__device__ __forceinline__ void store_key_major_rows(const AttendParams& p, const KvMaps& maps,
+                                                     const KeyMajorInfo& info, int wg, std::uint32_t stage) {
+  const int g = p.group, first = (64 * wg) / g, end = min(info.count, (64 * wg + 64) / g);
+  for (int tok = first; tok < end; ++tok) {
+    const std::uint32_t rows = stage + std::uint32_t((tok * g - 64 * wg) * 128);
+    const int at = info.token[tok] * p.topk.topk + info.slot[tok];
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      sm90::tma_store_3d(&maps.partials, rows + half * KeyMajorTile::kQAtomBytes, 64 * half, info.head * g, at);
+  }
+  sm90::bulk_commit();
 }
 
 // The CTA's `items` items, in order.
 template <bool kF16>
-__device__ __forceinline__ void consume_key_major_items(const AttendParams& p, unsigned char* smem,
-                                                        const KeyMajorBars& bar, int items, int wg, int warp,
-                                                        int lane) {
+__device__ __forceinline__ void consume_key_major_items(const AttendParams& p, const KvMaps& maps,
+                                                        unsigned char* smem, const KeyMajorBars& bar, int items,
+                                                        int wg, int warp, int lane) {
   using W = KeyMajorTile;
   const float scale = p.score_scale_log2;
+  const bool by_tma = maps.has_partials != 0;  // the rows out by TMA (store_key_major_rows)
   const Consumer c{smem, WgmmaBars{0}, items, wg, lane, 64 * wg + 16 * (warp & 3) + (lane >> 2), 2 * (lane & 3),
                    0, 0};
   const std::uint32_t k_base = smem_u32(smem + W::kK), v_base = smem_u32(smem + W::kV);
@@ -113,21 +135,28 @@ __device__ __forceinline__ void consume_key_major_items(const AttendParams& p, u
       row_sums(l, sum);
       std::int64_t at[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r);
+      for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r).lse;
       // The warpgroup's wgmma reads of its Q rows are done before they are overwritten.
       sm90::fence_proxy_async();
       sm90::named_barrier_sync(W::kStageBar + wg, 128);
       stage_tile_rows(p, c, o, sum, smem_u32(stage));
+      if (by_tma) sm90::fence_proxy_async();  // the staged rows before the TMA's reads
       sm90::named_barrier_sync(W::kStageBar + wg, 128);
-      copy_key_major_rows(p, info, wg, t, stage, static_cast<std::uint16_t*>(p.km_partial_out));
+      if (by_tma) {
+        if (issues_stores(c)) store_key_major_rows(p, maps, info, wg, smem_u32(stage));
+      } else {
+        copy_key_major_rows(p, info, wg, t, stage, static_cast<std::uint16_t*>(p.km_partial_out));
+      }
       write_tile_lse(c, m, sum, at, p.km_partial_lse);
     }
     // The buffer goes back to the loaders: every thread's reads of it (the
-    // description, the staged rows) are done, and ordered before the TMA's
-    // writes of the next item's rows.
+    // description, the staged rows; the TMA's reads of them) are done, and
+    // ordered before the TMA's writes of the next item's rows.
+    if (by_tma && runs && issues_stores(c)) sm90::bulk_wait_read();
     sm90::fence_proxy_async();
     sm90::mbar_arrive(bar.q_empty(b));
   }
+  if (by_tma && issues_stores(c)) sm90::bulk_wait();
 }
 
 }  // namespace msa::cuda::attention

@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(KeyMajorTile::kThreads, 1)
     return;
   }
   sm90::regs_inc<W::kConsumerRegs>();
-  consume_key_major_items<kF16>(p, smem, bar, int(run.end - run.begin), sm90::warp_uniform(warp >> 2), warp, lane);
+  consume_key_major_items<kF16>(p, maps, smem, bar, int(run.end - run.begin), sm90::warp_uniform(warp >> 2), warp,
+                                lane);
 }
 
 template <bool kF16>

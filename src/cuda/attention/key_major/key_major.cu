@@ -108,15 +108,18 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
 
 // One warp per (token, query head) row in [first_row, end_row): out = sum_k
 // w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
+// row r's slot k is partial_out row (r / heads x topk + k) x heads + r % heads
+// (heads 1: [rows, topk] slots of a row together; the query heads: [tokens,
+// topk, heads], a slot's heads of a token together);
 // 0 and -inf when no slot has a partial; a row whose slot 0 holds +inf (a
 // token tile that ran whole in a step whose last tiles split) is left as it
 // is. Runs when gate is null or *gate != 0. The row is memory-bound: each
 // half-warp takes every other slot, a lane 8 of the 128 dims (16-byte loads),
 // with four slots per half in flight; the halves add up at the end. A slot
 // of weight 0 is not read (its partial may never have been written).
-//   partial_out: [rows, topk, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
+//   partial_out: [rows / heads, topk, heads, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
 template <bool kF16>
-__global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk,
+__global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk, int heads,
                                std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse,
                                const std::int64_t* gate) {
   if (gate != nullptr && *gate == 0) return;
@@ -132,7 +135,8 @@ __global__ void merge_partials(const std::uint16_t* partial_out, const float* pa
   float sum = wa + wb;
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const int half = lane >> 4, dims = 8 * (lane & 15);
-  const std::uint16_t* po = partial_out + row * topk * kDim + dims;
+  const std::uint16_t* po = partial_out + ((row / heads) * topk * heads + row % heads) * kDim + dims;
+  const std::int64_t slot_stride = std::int64_t(heads) * kDim;
   constexpr int kInFlight = 4;  // slots per half-warp and pass
   float acc[8] = {};
   for (int k0 = 0; k0 < topk; k0 += 2 * kInFlight) {
@@ -145,7 +149,7 @@ __global__ void merge_partials(const std::uint16_t* partial_out, const float* pa
       const int k = k0 + 2 * u + half;
       const float wk = __shfl_sync(0xffffffffu, k < 32 ? wa : wb, k & 31);
       w[u] = k < topk ? wk : 0.0f;
-      v[u] = w[u] != 0.0f ? *reinterpret_cast<const uint4*>(po + std::int64_t(k) * kDim) : make_uint4(0, 0, 0, 0);
+      v[u] = w[u] != 0.0f ? *reinterpret_cast<const uint4*>(po + k * slot_stride) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < kInFlight; ++u) {
@@ -208,32 +212,33 @@ void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& sched
 
 namespace {
 
-// merge_partials over rows [first_row, end_row) of out / lse.
-void merge_rows(const void* partial_out, const float* partial_lse, int slots, std::int64_t first_row,
+// merge_partials over rows [first_row, end_row) of out / lse (heads: merge_partials).
+void merge_rows(const void* partial_out, const float* partial_lse, int slots, int heads, std::int64_t first_row,
                 std::int64_t end_row, const AttendParams& p, const std::int64_t* gate, cudaStream_t stream) {
   if (end_row <= first_row) return;
   const auto grid = dim3(unsigned(blocks_for((end_row - first_row) * 32)));
   const auto* po = static_cast<const std::uint16_t*>(partial_out);
   auto* out = static_cast<std::uint16_t*>(p.out);
   if (p.out_fp16)
-    merge_partials<true><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, first_row, end_row, out, p.lse,
-                                                        gate);
+    merge_partials<true><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, heads, first_row, end_row, out,
+                                                            p.lse, gate);
   else
-    merge_partials<false><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, first_row, end_row, out, p.lse,
-                                                         gate);
+    merge_partials<false><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, heads, first_row, end_row, out,
+                                                             p.lse, gate);
   MSA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream) {
-  merge_rows(km.partial_out(), km.partial_lse(), p.topk.topk, 0, std::int64_t(p.num_tokens) * p.num_q_heads, p,
-             km.key_major_gate(), stream);
+  merge_rows(km.partial_out(), km.partial_lse(), p.topk.topk, p.num_q_heads, 0,
+             std::int64_t(p.num_tokens) * p.num_q_heads, p, km.key_major_gate(), stream);
 }
 
 void combine_tile_splits(const AttendParams& p, cudaStream_t stream) {
-  merge_rows(p.tile_partial_out, p.tile_partial_lse, p.tile_splits, std::int64_t(p.num_decode_tokens) * p.num_q_heads,
-             std::int64_t(p.num_tokens) * p.num_q_heads, p, nullptr, stream);
+  merge_rows(p.tile_partial_out, p.tile_partial_lse, p.tile_splits, 1,
+             std::int64_t(p.num_decode_tokens) * p.num_q_heads, std::int64_t(p.num_tokens) * p.num_q_heads, p, nullptr,
+             stream);
 }
 
 }  // namespace msa::cuda::attention
