@@ -2,18 +2,21 @@
 // radix sort of the (token, head, slot) edges by row, which keeps the tokens of
 // a row in ascending order; the CSR offsets are where each row starts among
 // the sorted keys.
-//   1. row_start: blocks per request, exclusive sum (CUB);
-//   2. one thread per (token, head) list: the row key of each good entry
-//      (absent, ineligible or repeated entries get the key past the last
-//      row) and the list's count;
+//   1. row_start: blocks per request, exclusive sum (one CTA);
+//   2. a warp per (token, head) list, a lane per entry: the row key of each
+//      good entry (absent, ineligible or repeated entries get the key past
+//      the last row) and the list's count;
 //   3. the edges (key, flat index) sorted by key, stable (CUB);
-//   4. offsets[r]: the first sorted key >= r (a binary search per row; no
-//      per-row histogram, whose atomics meet on the few rows of a step);
+//   4. offsets[r]: the first sorted key >= r, written by the sorted position
+//      where the key steps past r (no per-row histogram, whose atomics meet
+//      on the few rows of a step, and no search per row);
 //   5. tokens and slots of the first nnz sorted edges.
+// The step's plan is a chain of small kernels whose cost is mostly their
+// latency, so each one is a single pass with no dependent round trips.
 #include <cuda_runtime.h>
 
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_scan.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include <algorithm>
 #include <cstdint>
@@ -37,7 +40,6 @@ std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
 
 // Workspace layout (byte offsets), from the step's sizes.
 struct Layout {
-  std::size_t blocks = 0;     // int64 [num_requests + 1] blocks per request, then row_start
   std::size_t row_start = 0;  // int64 [num_requests + 1]
   std::size_t keys_in = 0;    // uint32 [edges]
   std::size_t keys_out = 0;   // uint32 [edges]
@@ -67,42 +69,57 @@ Layout layout_of(std::int32_t num_tokens, std::int32_t num_requests, int num_kv_
     at = align_up(at + bytes);
     return o;
   };
-  l.blocks = take(sizeof(std::int64_t) * std::size_t(num_requests + 1));
   l.row_start = take(sizeof(std::int64_t) * std::size_t(num_requests + 1));
   l.keys_in = take(sizeof(std::uint32_t) * std::size_t(edges));
   l.keys_out = take(sizeof(std::uint32_t) * std::size_t(edges));
   l.vals_in = take(sizeof(std::int32_t) * std::size_t(edges));
   l.vals_out = take(sizeof(std::int32_t) * std::size_t(edges));
-  std::size_t scan_req = 0, sort = 0;
-  MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_req, static_cast<const std::int64_t*>(nullptr),
-                                               static_cast<std::int64_t*>(nullptr), num_requests + 1));
+  std::size_t sort = 0;
   MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const std::uint32_t*>(nullptr),
                                                  static_cast<std::uint32_t*>(nullptr),
                                                  static_cast<const std::int32_t*>(nullptr),
                                                  static_cast<std::int32_t*>(nullptr), edges, 0, l.end_bit));
-  l.temp_bytes = std::max({scan_req, sort, std::size_t(1)});
+  l.temp_bytes = std::max(sort, std::size_t(1));
   l.temp = take(l.temp_bytes);
   l.bytes = at;
   return l;
 }
 
-// Blocks per request: ceil(seq_len / 128), 0 for padding requests.
-//   seq_lens: [num_requests]; blocks: [num_requests + 1] (the last is 0)
-__global__ void count_blocks(const std::int32_t* seq_lens, std::int32_t num_requests, std::int64_t* blocks) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r > num_requests) return;
-  blocks[r] = r < num_requests && seq_lens[r] > 0 ? (std::int64_t(seq_lens[r]) + kBlockSize - 1) / kBlockSize : 0;
+// row_start[r] = the blocks (ceil(seq_len / 128), 0 for padding requests)
+// of the requests before r, r in [0, num_requests]: one CTA, kScanThreads
+// requests at a time.
+//   seq_lens: [num_requests]; row_start: [num_requests + 1]
+constexpr int kScanThreads = 256;
+__global__ void __launch_bounds__(kScanThreads) row_starts(const std::int32_t* seq_lens, std::int32_t num_requests,
+                                                           std::int64_t* row_start) {
+  using Scan = cub::BlockScan<std::int64_t, kScanThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  std::int64_t carry = 0;
+  for (std::int32_t r0 = 0; r0 <= num_requests; r0 += kScanThreads) {
+    const std::int32_t r = r0 + std::int32_t(threadIdx.x);
+    const std::int64_t blocks =
+        r < num_requests && seq_lens[r] > 0 ? (std::int64_t(seq_lens[r]) + kBlockSize - 1) / kBlockSize : 0;
+    std::int64_t before = 0, total = 0;
+    Scan(temp).ExclusiveSum(blocks, before, total);
+    if (r <= num_requests) row_start[r] = carry + before;
+    carry += total;
+    __syncthreads();  // temp is reused by the next chunk
+  }
 }
 
-// One thread per (token, KV head) list: the row key of every entry (past the
-// last row when the entry is not placed) and the list's count.
+// A warp per (token, KV head) list, a lane per entry (32 at a time): the
+// row key of every entry (past the last row when the entry is not placed)
+// and the list's count. An entry is placed when it lies in the list's valid
+// prefix (before the first -1), is eligible (a block the token may attend),
+// and no earlier entry of the list has the same id.
 //   keys, vals: [num_tokens * num_kv_heads * topk]; counts: [num_tokens, num_kv_heads]
 //   row_start: [num_requests + 1]
 __global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::int64_t num_rows,
                           const std::int64_t* row_start, std::uint32_t* keys, std::int32_t* vals,
                           std::int32_t* counts, std::int64_t* check) {
-  const std::int64_t list = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (list >= std::int64_t(step.num_tokens) * num_kv_heads) return;
+  const std::int64_t list = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = int(threadIdx.x & 31);
+  if (list >= std::int64_t(step.num_tokens) * num_kv_heads) return;  // uniform over the warp
   const int t = int(list / num_kv_heads), h = int(list - std::int64_t(t) * num_kv_heads);
   const int K = topk.topk;
   const std::uint32_t past = std::uint32_t(num_rows * num_kv_heads);
@@ -112,51 +129,57 @@ __global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::i
   const std::int64_t first_row = request_ok ? std::int64_t(h) * num_rows + row_start[r] : 0;
   const std::int64_t blocks = request_ok ? row_start[r + 1] - row_start[r] : 0;
   const std::int32_t* ids = topk.row(t, h);  // [K]
-  bool open = true;                          // still inside the valid prefix
+  bool closed = false;                       // a -1 in an earlier chunk
   int placed = 0;
-  // The row of entry k, or -1 when it is not placed.
-  auto place = [&](int k, std::int64_t e) -> std::int64_t {
-    vals[e] = std::int32_t(e);
-    keys[e] = past;
-    const int id = open ? ids[k] : -1;
-    if (id < 0) {
-      open = false;
-      return -1;
-    }
-    if (pos < 0 || id > pos / kBlockSize || id >= blocks) {
-      detail::record_bad(check, detail::kBadTopkId, t, h, k, id, r, pos < 0 ? 0 : pos / kBlockSize + 1);
-      return -1;
-    }
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    const int k = k0 + lane;
+    const std::int64_t e = list * K + k;
+    const int id = k < K ? ids[k] : -1;
+    // Lanes at or below this one whose entry ends the valid prefix.
+    const unsigned ends = __ballot_sync(0xffffffffu, k < K && id < 0);
+    const bool open = !closed && id >= 0 && (ends & ((2u << lane) - 1u)) == 0;
     bool repeat = false;
-    for (int j = 0; j < k; ++j) repeat = repeat || ids[j] == id;
-    if (repeat) return -1;
-    const std::int64_t row = first_row + id;
-    if (row_start[r] + id >= num_rows) {  // device seq_lens give more rows than the plan holds
-      detail::record_bad(check, detail::kBadTopkId, t, h, k, id, r, blocks);
-      return -1;
+    for (int j = 0; j < k0; ++j) repeat = repeat || ids[j] == id;  // earlier chunks (K > 32)
+#pragma unroll 8
+    for (int j = 0; j < 32; ++j) {  // this chunk's lanes below
+      const int other = __shfl_sync(0xffffffffu, id, j);
+      repeat = repeat || (j < lane && other == id);
     }
-    keys[e] = std::uint32_t(row);
-    ++placed;
-    return row;
-  };
-  for (int k = 0; k < K; ++k) place(k, list * K + k);
-  counts[list] = placed;
+    bool good = false;
+    if (open) {
+      if (pos < 0 || id > pos / kBlockSize || id >= blocks) {
+        detail::record_bad(check, detail::kBadTopkId, t, h, k, id, r, pos < 0 ? 0 : pos / kBlockSize + 1);
+      } else if (!repeat) {
+        if (row_start[r] + id >= num_rows) {  // device seq_lens give more rows than the plan holds
+          detail::record_bad(check, detail::kBadTopkId, t, h, k, id, r, blocks);
+        } else {
+          good = true;
+        }
+      }
+    }
+    if (k < K) {
+      vals[e] = std::int32_t(e);
+      keys[e] = good ? std::uint32_t(first_row + id) : past;
+    }
+    placed += __popc(__ballot_sync(0xffffffffu, good));
+    closed = closed || ends != 0;
+  }
+  if (lane == 0) counts[list] = placed;
 }
 
 // offsets[r] = the first of the sorted keys that is >= r, r in [0, total_rows]
-// (a row's edges start there; offsets[total_rows] = the edges placed).
+// (a row's edges start there; offsets[total_rows] = the edges placed): sorted
+// position i writes the rows after the key before it, through its own key
+// (position `edges` the rows after the last key). Keys are at most
+// total_rows (the past key), so every row is written once.
 //   keys: [edges] sorted; offsets: [total_rows + 1]
 __global__ void offsets_from_keys(const std::uint32_t* keys, std::int64_t edges, std::int64_t total_rows,
                                   std::int64_t* offsets) {
-  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (r > total_rows) return;
-  std::int64_t lo = 0, hi = edges;
-  while (lo < hi) {
-    const std::int64_t mid = (lo + hi) / 2;
-    if (std::int64_t(keys[mid]) < r) lo = mid + 1;
-    else hi = mid;
-  }
-  offsets[r] = lo;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i > edges) return;
+  const std::int64_t from = i == 0 ? 0 : std::int64_t(keys[i - 1]) + 1;
+  const std::int64_t to = i == edges ? total_rows : std::int64_t(keys[i]);
+  for (std::int64_t r = from; r <= to; ++r) offsets[r] = i;
 }
 
 // tokens[i], slots[i] of the first nnz sorted edges.
@@ -207,7 +230,6 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
             "build_k2q: plan.offsets / tokens / slots / counts is null");
   const auto s = static_cast<cudaStream_t>(stream);
   auto* ws = static_cast<unsigned char*>(workspace);
-  auto* blocks = reinterpret_cast<std::int64_t*>(ws + l.blocks);
   auto* row_start = reinterpret_cast<std::int64_t*>(ws + l.row_start);
   auto* keys_in = reinterpret_cast<std::uint32_t*>(ws + l.keys_in);
   auto* keys_out = reinterpret_cast<std::uint32_t*>(ws + l.keys_out);
@@ -216,18 +238,17 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
   void* temp = ws + l.temp;
   std::size_t temp_bytes = l.temp_bytes;
 
-  count_blocks<<<grid_for(step.num_requests + 1), kThreads, 0, s>>>(step.seq_lens, step.num_requests, blocks);
+  row_starts<<<1, kScanThreads, 0, s>>>(step.seq_lens, step.num_requests, row_start);
   MSA_CUDA_CHECK_LAUNCH();
-  MSA_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, blocks, row_start, step.num_requests + 1, s));
   if (edges > 0) {
-    key_edges<<<grid_for(std::int64_t(step.num_tokens) * num_kv_heads), kThreads, 0, s>>>(
+    key_edges<<<grid_for(std::int64_t(step.num_tokens) * num_kv_heads * 32), kThreads, 0, s>>>(
         step, topk, num_kv_heads, num_rows, row_start, keys_in, vals_in, plan.counts, check.buffer);
     MSA_CUDA_CHECK_LAUNCH();
     temp_bytes = l.temp_bytes;
     MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, edges,
                                                    0, l.end_bit, s));
   }
-  offsets_from_keys<<<grid_for(total_rows + 1), kThreads, 0, s>>>(keys_out, edges, total_rows, plan.offsets);
+  offsets_from_keys<<<grid_for(edges + 1), kThreads, 0, s>>>(keys_out, edges, total_rows, plan.offsets);
   MSA_CUDA_CHECK_LAUNCH();
   if (edges == 0) return;
   emit_edges<<<grid_for(edges), kThreads, 0, s>>>(vals_out, plan.offsets, total_rows, edges, num_kv_heads,
