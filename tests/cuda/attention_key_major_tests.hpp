@@ -1,6 +1,7 @@
 // GPU tests of the key-major prefill (key_major.hpp: the k2q plan, work items
 // of one block and up to T tokens, partials, their merge): forced on
-// (PrefillOrder::key_major) over bf16 / fp16 caches, every GQA group whose
+// (PrefillOrder::key_major) over bf16 / fp16 caches and over the blocks of
+// fp8 (per-tensor scales) and nvfp4 caches widened ahead, every GQA group whose
 // tiles are 128 rows, top-k 8 / 16 / 64, clustered and random selections,
 // shuffled entries, odd chunk lengths and causal edges, other cache layouts,
 // more items than SMs; the device's own choice between key-major and token
@@ -86,6 +87,43 @@ std::vector<Case> key_major_cases() {
     c.kv = DType::fp16, c.q = DType::bf16, c.scales = ScaleMode::none, c.layout = Layout::split;
     c.q_heads = 24, c.kv_heads = 3;
     c.requests = small + std::vector<RequestShape>{{100, 3000}};
+    add(c, false);
+  }
+  // fp8 (per-tensor scales) and nvfp4 caches: the selected blocks widened
+  // ahead, key-major over them (bf16 / fp16 pages by the output's type).
+  {
+    Case c = named("km_fp8_e4m3_g16_random");
+    c.kv = DType::fp8_e4m3, c.scales = ScaleMode::per_tensor;
+    c.requests = edges;
+    add(c, false);
+  }
+  {
+    Case c = named("km_fp8_e5m2_fp16_g8_nhd_small");
+    c.kv = DType::fp8_e5m2, c.scales = ScaleMode::per_tensor, c.q = DType::fp16, c.layout = Layout::nhd;
+    c.q_heads = 16, c.kv_heads = 2;
+    c.requests = small + std::vector<RequestShape>{{33, 250}};
+    c.small = true;
+    add(c, false);
+  }
+  {
+    Case c = named("km_fp8_query_small");  // an fp8 query: its rows converted by the loaders
+    c.kv = DType::fp8_e4m3, c.scales = ScaleMode::per_tensor, c.q = DType::fp8_e4m3;
+    c.requests = small + std::vector<RequestShape>{{70, 500}};
+    c.small = true;
+    add(c, true);
+  }
+  {
+    Case c = named("km_nvfp4_g16_random");
+    c.kv = DType::nvfp4, c.scales = ScaleMode::none;
+    c.requests = edges;
+    add(c, false);
+  }
+  {
+    Case c = named("km_nvfp4_fp16_g8_small");
+    c.kv = DType::nvfp4, c.scales = ScaleMode::none, c.q = DType::fp16;
+    c.q_heads = 16, c.kv_heads = 2;
+    c.requests = small + std::vector<RequestShape>{{130, 1000}};
+    c.small = true;
     add(c, false);
   }
   {  // more work items than SMs: persistent CTAs take many items each

@@ -222,6 +222,64 @@ TEST(CudaK2Q, IneligibleAndRepeatedEntriesAreSkipped) {
   expect_same(cpu, gpu);
 }
 
+// Lists longer than a warp's 32 lanes (top-k 40): a repeat in the second 32
+// of an entry in the first (skipped, the entries after it kept), a list whose
+// valid prefix ends in the second 32, one that ends in the first with ids
+// after its -1. Against the plan built here entry by entry (the CPU plan
+// takes valid lists only).
+TEST(CudaK2Q, ListsBeyondAWarpSkipRepeatsAndTheirEnd) {
+  MSA_SKIP_WITHOUT_GPU();
+  msa::BatchSpec s;
+  s.query_lens = {30};
+  s.seq_lens = {9000};  // positions 8970.. : 71 eligible blocks
+  s.decode_threshold = 1;
+  const msa::BatchMetadata m = msa::build_metadata(s);
+  std::mt19937 rng(7300);
+  const int topk = 40;
+  Topk ids = random_topk(rng, m, 1, topk, false);
+  std::int32_t* list2 = ids.data.data() + 2 * ids.token_stride;
+  std::int32_t* list5 = ids.data.data() + 5 * ids.token_stride;
+  std::int32_t* list11 = ids.data.data() + 11 * ids.token_stride;
+  for (std::int32_t* l : {list2, list5, list11}) {
+    std::iota(l, l + topk, 0);
+    std::shuffle(l, l + topk, rng);
+  }
+  list2[35] = list2[3];
+  list5[33] = -1;
+  list11[7] = -1;
+  // The plan entry by entry: tokens ascending, each list up to its first -1,
+  // an id already placed for the list skipped.
+  const std::int64_t rows = rows_per_head(m);
+  std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> row_edges(static_cast<std::size_t>(rows));
+  msa::K2QPlan want;
+  want.counts.assign(std::size_t(m.num_tokens), 0);
+  for (int t = 0; t < m.num_tokens; ++t) {
+    const std::int32_t* l = ids.data.data() + t * ids.token_stride;
+    std::vector<bool> seen(std::size_t(rows), false);
+    for (int k = 0; k < topk && l[k] >= 0; ++k) {
+      if (seen[std::size_t(l[k])]) continue;
+      seen[std::size_t(l[k])] = true;
+      row_edges[std::size_t(l[k])].push_back({t, k});
+      ++want.counts[std::size_t(t)];
+    }
+  }
+  want.offsets.push_back(0);
+  for (const auto& r : row_edges) {
+    for (const auto& [t, k] : r) {
+      want.tokens.push_back(t);
+      want.slots.push_back(k);
+    }
+    want.offsets.push_back(std::int64_t(want.tokens.size()));
+  }
+  msa::test::CheckBuffer check;
+  const GpuPlan gpu = gpu_plan(m, ids, 1, check);
+  EXPECT_EQ(check.message(), "");
+  EXPECT_EQ(gpu.counts[2], topk - 1);
+  EXPECT_EQ(gpu.counts[5], 33);
+  EXPECT_EQ(gpu.counts[11], 7);
+  expect_same(want, gpu);
+}
+
 TEST(CudaK2Q, WorkspaceAndArgumentErrorsNameTheArgument) {
   MSA_SKIP_WITHOUT_GPU();
   msa::BatchSpec s;

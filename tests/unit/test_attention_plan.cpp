@@ -299,8 +299,8 @@ TEST(AttentionPlan, TileNumbersAreDistinctAndInRange) {
 
 }  // namespace
 
-// Key-major runs only for prefill-only steps on the wgmma tiles of a bf16 /
-// fp16 cache: always when the caller's order is key-major, by the device's
+// Key-major runs only for prefill-only steps on the wgmma tiles over bf16 /
+// fp16 pages (the cache's, or its blocks widened ahead): always when the caller's order is key-major, by the device's
 // choice when it is automatic and the step is large, never for query-major.
 TEST(AttentionPlan, KeyMajorModeFollowsTheOrderOnPrefillOnlyHalfSteps) {
   namespace att = msa::cuda::attention;
@@ -312,7 +312,7 @@ TEST(AttentionPlan, KeyMajorModeFollowsTheOrderOnPrefillOnlyHalfSteps) {
   EXPECT_EQ(att::key_major_mode(kAuto, true, true, big, 0, 1), Mode::device_choice);
   EXPECT_EQ(att::key_major_mode(kAuto, true, true, big - 1, 0, 1), Mode::off);
   for (int order : {kKey, kAuto}) {
-    EXPECT_EQ(att::key_major_mode(order, false, true, big, 0, 1), Mode::off);   // fp8 / nvfp4 cache
+    EXPECT_EQ(att::key_major_mode(order, false, true, big, 0, 1), Mode::off);   // no bf16 / fp16 pages
     EXPECT_EQ(att::key_major_mode(order, true, false, big, 0, 1), Mode::off);   // not on the wgmma tiles
     EXPECT_EQ(att::key_major_mode(order, true, true, big, 32, 1), Mode::off);   // decode rows in the step
     EXPECT_EQ(att::key_major_mode(order, true, true, big, 0, att::kKeyMajorMaxRequests + 1), Mode::off);

@@ -141,9 +141,50 @@ TEST(AttentionSchedule, KeyMajorFollowsTheOrder) {
   const AttentionSchedule choice = schedule(chunk, problem(16, 1), t);
   EXPECT_EQ(choice.prefill, PrefillKernel::key_major);
   EXPECT_FALSE(choice.key_major_always);
-  // Never with decode rows in the step, nor on fp8 caches.
+  // Never with decode rows in the step.
   EXPECT_NE(schedule(step({1, 512}, {100, 20000}), problem(16, 1), t).prefill, PrefillKernel::key_major);
-  EXPECT_NE(schedule(chunk, problem(16, 1, DType::fp8_e4m3), t).prefill, PrefillKernel::key_major);
+}
+
+// fp8 (per-tensor scales) and nvfp4 caches run key-major over their selected
+// blocks widened ahead; not when the widened region may not hold them all
+// (gated), nor with per-token fp8 scales (the widened tiles apply those).
+TEST(AttentionSchedule, KeyMajorOverWidenedBlocks) {
+  const BatchMetadata chunk = step({512, 64}, {20000, 64});
+  AttentionTuning t;
+  t.prefill_order = msa::cuda::PrefillOrder::key_major;
+  for (DType kv : {DType::fp8_e4m3, DType::fp8_e5m2, DType::nvfp4}) {
+    const AttentionSchedule s = schedule(chunk, problem(16, 1, kv), t);
+    EXPECT_EQ(s.prefill, PrefillKernel::key_major) << msa::dtype_name(kv);
+    EXPECT_TRUE(s.key_major_always);
+    EXPECT_GT(s.widen_pages, 0);
+    EXPECT_FALSE(s.widen_gated);
+    EXPECT_FALSE(s.widen_scales);
+    EXPECT_EQ(s.widen_first_request, 0);
+    EXPECT_EQ(s.widen_requests, 2);
+  }
+  AttentionProblem scaled = problem(16, 1, DType::fp8_e4m3);
+  scaled.kv_token_scales = true;
+  EXPECT_EQ(schedule(chunk, scaled, t).prefill, PrefillKernel::widened_tiles);
+  AttentionTuning small = t;
+  small.widen_bytes = 4 * att::kWidenHeadBytes;  // four pages: gated
+  const AttentionSchedule gated = schedule(chunk, problem(16, 1, DType::fp8_e4m3), small);
+  EXPECT_EQ(gated.prefill, PrefillKernel::widened_tiles);
+  EXPECT_TRUE(gated.widen_gated);
+  AttentionTuning never = t;
+  never.widen_bytes = 0;
+  EXPECT_EQ(schedule(chunk, problem(16, 1, DType::fp8_e4m3), never).prefill, PrefillKernel::wgmma_tiles);
+  // The automatic order from the tuning's threshold on, as for bf16.
+  AttentionTuning a;
+  a.prefill_order = msa::cuda::PrefillOrder::automatic;
+  a.key_major_min_tokens = 1;
+  const AttentionSchedule choice = schedule(chunk, problem(16, 1, DType::nvfp4), a);
+  EXPECT_EQ(choice.prefill, PrefillKernel::key_major);
+  EXPECT_FALSE(choice.key_major_always);
+  // Both regions in the workspace, apart.
+  const auto& m = schedule(chunk, problem(16, 1, DType::fp8_e4m3), t).map;
+  EXPECT_GT(m.km_partial_lse, 0u);
+  EXPECT_GE(m.widen_table, m.km_partial_lse + 4 * std::size_t(576 * 16 * 16));
+  EXPECT_LE(m.widen_v, m.bytes);
 }
 
 TEST(AttentionSchedule, TileSplitsOnThePersistentKernelOnly) {

@@ -216,7 +216,9 @@ void prepare_kernels(const AttentionProblem& problem) {
     if constexpr (!kv_format(kKind).converted) {
       prepare_attend_key_major<kF16>();
     } else {
-      prepare_attend_wgmma_tiles<KvKind::half, kF16>();  // tiles over blocks widened ahead (widen.hpp)
+      // Over blocks widened ahead (widen.hpp): the tiles, and key-major.
+      prepare_attend_wgmma_tiles<KvKind::half, kF16>();
+      prepare_attend_key_major<kF16>();
       if constexpr (kv_format(kKind).fp8 && kScaledBuilt)
         if (problem.kv_token_scales) prepare_attend_wgmma_tiles<KvKind::half, kF16, true>();
     }
@@ -310,13 +312,25 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     p.tile_partial_lse = reinterpret_cast<float*>(base + s.map.tile_partial_lse);
   }
   if (s.prefill == PrefillKernel::key_major) {
+    // An fp8 / nvfp4 cache: every selected block widened ahead first, both
+    // kernels then over those pages (per-tensor and global scales stay in the
+    // score and output scales).
+    AttendParams h = p;
+    KvMaps half_maps = maps;
+    if (s.widen_pages > 0) {
+      const WidenArea widen = widen_area(s, base, step);
+      MSA_CHECK(widened_maps(widen, half_maps), "attend: the driver could not encode the widened blocks' TMA maps");
+      widen_ahead(p, widen, kv, st);
+      h = widened_params(p, widen);
+    }
+    const DType pages = h.cache.dtype;  // bf16 / fp16: the MMA type
     // The k2q plan and the device's choice first; both kernels launch, the
     // one not chosen exits at once.
     const KeyMajorBuffers km{s.map, base};
-    prepare_key_major(km, s, step, args, p, s.key_major_always, st, check);
-    p.tile_gate = km.tile_gate();
-    launch_wgmma_tiles(p, maps, kv, f16, st);
-    AttendParams k = p;
+    prepare_key_major(km, s, step, args, h, s.key_major_always, st, check);
+    h.tile_gate = km.tile_gate();
+    launch_wgmma_tiles(h, half_maps, pages, pages == DType::fp16, st);
+    AttendParams k = h;
     k.tile_count = s.map.km_max_items;
     k.tile_gate = km.key_major_gate();
     k.km_items = km.items();
@@ -325,10 +339,9 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
     k.km_partial_out = km.partial_out();
     k.km_partial_lse = km.partial_lse();
     make_partials_map(k.km_partial_out, args.out_dtype, std::int64_t(step.num_tokens) * p.topk.topk, p.num_q_heads,
-                      group, maps);
-    // The MMA type is the cache's.
-    if (kv == DType::fp16) launch_attend_key_major<true>(k, maps, st);
-    else launch_attend_key_major<false>(k, maps, st);
+                      group, half_maps);
+    if (pages == DType::fp16) launch_attend_key_major<true>(k, half_maps, st);
+    else launch_attend_key_major<false>(k, half_maps, st);
     combine_key_major(km, k, st);
     return;
   }

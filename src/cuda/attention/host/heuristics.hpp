@@ -218,7 +218,9 @@ inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
 // CTAs exiting at once.
 //
 // Steps that may run key-major: prefill only (no decode rows), on the wgmma
-// tiles of a bf16 / fp16 cache, at most kKeyMajorMaxRequests requests, and
+// tiles over bf16 / fp16 pages (half_pages: a bf16 / fp16 cache, or an fp8 /
+// nvfp4 one without per-token scales whose selected blocks all widen ahead,
+// widen/choice.hpp), at most kKeyMajorMaxRequests requests, and
 // asked for by the caller's order: key-major (always), or automatic with at
 // least min_tokens tokens (AttentionTuning::key_major_min_tokens, by default
 // kKeyMajorMinTokens: the k2q plan costs tens of microseconds whichever
@@ -227,10 +229,10 @@ inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
 inline constexpr std::int64_t kKeyMajorMinTokens = 8192;
 inline constexpr int kKeyMajorMaxRequests = 1024;
 enum class KeyMajorMode { off, always, device_choice };
-inline KeyMajorMode key_major_mode(int order, bool half_cache, bool wgmma_tiles, std::int64_t num_tokens,
+inline KeyMajorMode key_major_mode(int order, bool half_pages, bool wgmma_tiles, std::int64_t num_tokens,
                                    std::int64_t num_decode_tokens, int num_requests,
                                    std::int64_t min_tokens = kKeyMajorMinTokens) {
-  if (!half_cache || !wgmma_tiles || num_decode_tokens != 0 || num_requests > kKeyMajorMaxRequests ||
+  if (!half_pages || !wgmma_tiles || num_decode_tokens != 0 || num_requests > kKeyMajorMaxRequests ||
       num_tokens <= 0)
     return KeyMajorMode::off;
   if (order == 1) return KeyMajorMode::always;

@@ -190,10 +190,33 @@ inline AttentionSchedule make_schedule(const BatchMetadata& meta, const Attentio
     // fp16 query's first tile through TMA maps.
     const bool maps = (kv == DType::nvfp4 || device.tensor_maps) && (!is_half(problem.q_dtype) || device.tensor_maps);
     const bool wgmma = tuning.tile_kernel == TileKernel::automatic && use_wgmma_tiles(true, G, s.tile_tokens) && maps;
-    const KeyMajorMode km = wgmma ? key_major_mode(static_cast<int>(tuning.prefill_order), is_half(kv), true,
+    // fp8 / nvfp4: the step's blocks widened ahead (widen/choice.hpp).
+    WidenChoice w;
+    if (wgmma && !is_half(kv)) {
+      std::vector<std::int32_t> query_lens, blocks;
+      for (std::int32_t r = meta.num_decodes; r < meta.num_requests; ++r) {
+        query_lens.push_back(meta.query_start[std::size_t(r) + 1] - meta.query_start[std::size_t(r)]);
+        blocks.push_back(meta.num_blocks(r));
+      }
+      w = choose_widen(kv, problem.kv_token_scales, true, tuning.widen_bytes, H, K, meta.num_decodes, query_lens,
+                       blocks);
+      if (!device.tensor_maps) w = WidenChoice{};
+    }
+    // Key-major reads bf16 / fp16 pages: the cache's own, or every selected
+    // block widened ahead (not gated) without per-token scales.
+    const bool km_pages = is_half(kv) || (w.pages > 0 && !w.gated && !w.scales);
+    const KeyMajorMode km = wgmma ? key_major_mode(static_cast<int>(tuning.prefill_order), km_pages, true,
                                                    meta.num_tokens, meta.num_decode_tokens, meta.num_requests,
                                                    tuning.key_major_min_tokens)
                                   : KeyMajorMode::off;
+    auto take_widen = [&] {
+      s.widen_pages = w.pages;
+      s.widen_gated = w.gated;
+      s.widen_first_request = w.first_request;
+      s.widen_requests = w.requests;
+      s.widen_block_cap = w.block_cap;
+      s.widen_scales = w.scales;
+    };
     if (!wgmma) {
       s.prefill = PrefillKernel::mma_sync_tiles;
     } else if (km != KeyMajorMode::off) {
@@ -201,25 +224,12 @@ inline AttentionSchedule make_schedule(const BatchMetadata& meta, const Attentio
       s.key_major_always = km == KeyMajorMode::always;
       for (std::int32_t r = 0; r < meta.num_requests && r < std::int32_t(meta.seq_lens.size()); ++r)
         s.key_major_rows += meta.num_blocks(r);
+      if (w.pages > 0) take_widen();
+    } else if (w.pages > 0) {
+      s.prefill = PrefillKernel::widened_tiles;
+      take_widen();
     } else {
       s.prefill = PrefillKernel::wgmma_tiles;
-      // fp8 / nvfp4: the step's blocks widened ahead (widen/choice.hpp).
-      std::vector<std::int32_t> query_lens, blocks;
-      for (std::int32_t r = meta.num_decodes; r < meta.num_requests; ++r) {
-        query_lens.push_back(meta.query_start[std::size_t(r) + 1] - meta.query_start[std::size_t(r)]);
-        blocks.push_back(meta.num_blocks(r));
-      }
-      const WidenChoice w = choose_widen(kv, problem.kv_token_scales, true, tuning.widen_bytes, H, K,
-                                         meta.num_decodes, query_lens, blocks);
-      if (w.pages > 0 && device.tensor_maps) {
-        s.prefill = PrefillKernel::widened_tiles;
-        s.widen_pages = w.pages;
-        s.widen_gated = w.gated;
-        s.widen_first_request = w.first_request;
-        s.widen_requests = w.requests;
-        s.widen_block_cap = w.block_cap;
-        s.widen_scales = w.scales;
-      }
     }
     // Split tiles: only on the persistent wgmma kernel (bf16 / fp16 caches, or
     // blocks widened ahead that surely fit).
