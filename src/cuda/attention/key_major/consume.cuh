@@ -111,10 +111,9 @@ __device__ __forceinline__ void consume_key_major_items(const AttendParams& p, c
         const int tok = (c.row0 + 8 * r) >> group_shift(p);
         limit[r] = tok < count ? info.pos[tok] - block * kBlockKeys + 1 : 0;
       }
-#pragma unroll
-      for (int e = 0; e < 64; ++e) o[e] = 0.0f;
-      const Rescale rs = softmax_scores_any(sc, m, l, limit[0], limit[1], scale, c.col);
-      softmax_output<kF16>(sc, o, pa, rs);
+      // One block per row: no output yet to rescale (PV writes O fresh).
+      softmax_scores_any(sc, m, l, limit[0], limit[1], scale, c.col);
+      softmax_output<kF16>(sc, o, pa, Rescale{});
       sm90::mbar_wait(bar.v_full(s), parity);
     } else {
       pass_turn();
@@ -124,7 +123,7 @@ __device__ __forceinline__ void consume_key_major_items(const AttendParams& p, c
     auto pass_pv_turn = [&] {
       if (!last_turn) pass_turn();
     };
-    if (runs) round_pv<kF16>(o, pa, v_base, s, pass_pv_turn);
+    if (runs) round_pv<kF16, true>(o, pa, v_base, s, pass_pv_turn);
     else pass_pv_turn();
     // The block's last item releases its slot (one arrival per consumer warp).
     __syncwarp();

@@ -26,13 +26,15 @@
 
 namespace msa::cuda::attention {
 
-// O += P V(slot): P from registers, V an MN-major operand.
+// O += P V(slot) (kFresh: O = P V, O's registers not read): P from
+// registers, V an MN-major operand.
 //   o: the warpgroup's 64 x 128 output fragment; pa: P as 8 A fragments
-template <bool kF16>
+template <bool kF16, bool kFresh = false>
 __device__ __forceinline__ void issue_pv(float (&o)[64], std::uint32_t (&pa)[8][4], std::uint32_t v_base, int slot) {
   const sm90::Sw128Desc v = sm90::sw128_desc(v_base, WgmmaTile::kAtomBytes, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) sm90::wgmma_rs<kF16>(o, pa[kk], v.at(slot * WgmmaTile::kPlaneBytes + kk * 2048), 1);
+  for (int kk = 0; kk < 8; ++kk)
+    sm90::wgmma_rs<kF16>(o, pa[kk], v.at(slot * WgmmaTile::kPlaneBytes + kk * 2048), kFresh && kk == 0 ? 0 : 1);
 }
 
 // S = Q K(slot)^T, Q and K from shared memory.
@@ -50,13 +52,13 @@ __device__ __forceinline__ void issue_qk(float (&sc)[64], std::uint32_t q_base, 
 }
 
 // A round with PV(slot) alone (the warpgroup attended the previous block,
-// not this one): issue, hand the turn on (pass_turn), wait.
-template <bool kF16, class PassTurn>
+// not this one; kFresh: issue_pv's): issue, hand the turn on (pass_turn), wait.
+template <bool kF16, bool kFresh = false, class PassTurn>
 __device__ __forceinline__ void round_pv(float (&o)[64], std::uint32_t (&pa)[8][4], std::uint32_t v_base, int slot,
                                          PassTurn pass_turn) {
-  sm90::fence_registers(o);
+  if constexpr (!kFresh) sm90::fence_registers(o);
   sm90::wgmma_fence();
-  issue_pv<kF16>(o, pa, v_base, slot);
+  issue_pv<kF16, kFresh>(o, pa, v_base, slot);
   sm90::wgmma_commit();
   pass_turn();
   sm90::wgmma_wait<0>();
