@@ -8,7 +8,9 @@
 // 1.20-1.53x faster; the widening itself (read 32 KiB, write 64 KiB per
 // (request, block, KV head)) takes 8-22% of a step. fp8 with per-(token,
 // head) scales widens its codes the same way and copies the block's scales
-// beside them; the tiles apply those to fp32 scores and probabilities.
+// beside them; the tiles apply those to fp32 scores and probabilities. A
+// key-major step (heuristics.hpp) runs the key-major kernel over the widened
+// pages too, when they hold every selected block and carry no scales.
 //
 // Pure host functions with no CUDA includes: the schedule (schedule.hpp)
 // sizes the region and lays it out, and the CPU unit tests check both.
