@@ -190,9 +190,9 @@ inline AttentionSchedule make_schedule(const BatchMetadata& meta, const Attentio
     // fp16 query's first tile through TMA maps.
     const bool maps = (kv == DType::nvfp4 || device.tensor_maps) && (!is_half(problem.q_dtype) || device.tensor_maps);
     const bool wgmma = tuning.tile_kernel == TileKernel::automatic && use_wgmma_tiles(true, G, s.tile_tokens) && maps;
-    // fp8 / nvfp4: the step's blocks widened ahead (widen/choice.hpp).
+    // fp8 / nvfp4: the step's blocks widened ahead (widen/choice.hpp), read through TMA maps.
     WidenChoice w;
-    if (wgmma && !is_half(kv)) {
+    if (wgmma && !is_half(kv) && device.tensor_maps) {
       std::vector<std::int32_t> query_lens, blocks;
       for (std::int32_t r = meta.num_decodes; r < meta.num_requests; ++r) {
         query_lens.push_back(meta.query_start[std::size_t(r) + 1] - meta.query_start[std::size_t(r)]);
@@ -200,7 +200,6 @@ inline AttentionSchedule make_schedule(const BatchMetadata& meta, const Attentio
       }
       w = choose_widen(kv, problem.kv_token_scales, true, tuning.widen_bytes, H, K, meta.num_decodes, query_lens,
                        blocks);
-      if (!device.tensor_maps) w = WidenChoice{};
     }
     // Key-major reads bf16 / fp16 pages: the cache's own, or every selected
     // block widened ahead (not gated) without per-token scales.
