@@ -117,20 +117,25 @@ TEST(BenchAccounting, MultiRequestPrefillByHand) {
   EXPECT_DOUBLE_EQ(t.flops, 4.0 * 128 * double(keys * 2));
   EXPECT_EQ(t.blocks, 4);
   EXPECT_DOUBLE_EQ(t.bytes, 4000.0);
-  const Traffic ix = index_traffic(qs, seq, 3, DType::bf16);
+  const Traffic ix = index_traffic(qs, seq, 3, DType::bf16, true);
   EXPECT_EQ(ix.keys, 2 * (129 + 130) * 3);
   EXPECT_EQ(ix.blocks, 2 * 2);
 }
 
 TEST(BenchAccounting, IndexTraffic) {
   const std::vector<std::int32_t> qs = starts({1, 3}), seq{129, 1000};
-  const Traffic t = index_traffic(qs, seq, 4, DType::bf16);
+  const Traffic t = index_traffic(qs, seq, 4, DType::bf16, true);
   const std::int64_t keys = (129 + 998 + 999 + 1000) * 4;
   EXPECT_EQ(t.keys, keys);
   EXPECT_DOUBLE_EQ(t.flops, 2.0 * 128 * double(keys));
   EXPECT_EQ(t.blocks, 2 + 8);
   EXPECT_DOUBLE_EQ(t.bytes, 10.0 * 128 * 128 * 2);
-  EXPECT_DOUBLE_EQ(index_traffic(qs, seq, 4, DType::fp8_e4m3).bytes, 10.0 * 128 * 128);
+  EXPECT_DOUBLE_EQ(t.fp8_flops, 0.0);
+  const Traffic fp8 = index_traffic(qs, seq, 4, DType::fp8_e4m3, true);
+  EXPECT_DOUBLE_EQ(fp8.bytes, 10.0 * 128 * 128);
+  // The prefill kernel multiplies e4m3 keys on fp8 tensor cores; decode widens them.
+  EXPECT_DOUBLE_EQ(fp8.fp8_flops, fp8.flops);
+  EXPECT_DOUBLE_EQ(index_traffic(qs, seq, 4, DType::fp8_e4m3, false).fp8_flops, 0.0);
 }
 
 // Every row follows the contract: min(topk, last + 1) distinct ascending ids in
@@ -277,7 +282,7 @@ TEST(BenchAccounting, MultiRequestPrefillMatchesBruteForce) {
   }
   std::int64_t scored = 0;
   for (const std::int32_t p : m.token_position) scored += std::int64_t(p + 1) * H;
-  const Traffic ix = index_traffic(m.query_start, m.seq_lens, H, DType::bf16);
+  const Traffic ix = index_traffic(m.query_start, m.seq_lens, H, DType::bf16, false);
   EXPECT_EQ(ix.keys, scored);
   EXPECT_EQ(ix.blocks, 3 * 4);
   c.op = BenchOp::index;
@@ -391,8 +396,8 @@ TEST(BenchAccounting, IndexBytesPerDtype) {
   EXPECT_EQ(index_row_bytes(DType::fp8_e4m3), 128);
   EXPECT_EQ(index_row_bytes(DType::nvfp4), 72);
   const std::vector<std::int32_t> qs = starts({1, 3}), seq{129, 1000};
-  EXPECT_DOUBLE_EQ(index_traffic(qs, seq, 4, DType::nvfp4).bytes, 10.0 * 9216);
-  EXPECT_EQ(index_traffic(qs, seq, 4, DType::nvfp4).keys, index_traffic(qs, seq, 4, DType::bf16).keys);
+  EXPECT_DOUBLE_EQ(index_traffic(qs, seq, 4, DType::nvfp4, true).bytes, 10.0 * 9216);
+  EXPECT_EQ(index_traffic(qs, seq, 4, DType::nvfp4, true).keys, index_traffic(qs, seq, 4, DType::bf16, true).keys);
 }
 
 TEST(BenchAccounting, InsertTrafficByHand) {
@@ -417,8 +422,10 @@ TEST(BenchAccounting, StageSharesAndSums) {
   EXPECT_DOUBLE_EQ(s[1], 0.375);
   EXPECT_DOUBLE_EQ(s[2], 0.5);
   EXPECT_EQ(stage_shares({0.0, 0.0}), (std::vector<double>{0.0, 0.0}));
-  const Traffic t = Traffic{1.0, 2.0, 3, 4} + Traffic{10.0, 20.0, 30, 40};
+  const Traffic t = Traffic{.flops = 1.0, .fp8_flops = 0.5, .bytes = 2.0, .keys = 3, .blocks = 4} +
+                    Traffic{.flops = 10.0, .fp8_flops = 5.0, .bytes = 20.0, .keys = 30, .blocks = 40};
   EXPECT_DOUBLE_EQ(t.flops, 11.0);
+  EXPECT_DOUBLE_EQ(t.fp8_flops, 5.5);
   EXPECT_DOUBLE_EQ(t.bytes, 22.0);
   EXPECT_EQ(t.keys, 33);
   EXPECT_EQ(t.blocks, 44);

@@ -10,14 +10,15 @@
 //
 // A CTA is a producer warpgroup (one thread issues the TMA loads: the tile's
 // queries once per tile, then the key blocks through the block table into a
-// ring of stages) and two consumer warpgroups of 128 rows each. At a tile's
+// ring of stages) and consumer warpgroups: two of 128 rows each (bf16, nvfp4),
+// or four of 64 (e4m3, whose MMAs are too short to hide a block max). At a tile's
 // start a consumer takes its rows' query fragments from shared memory into
 // registers (ldmatrix) and hands the buffer back, so that the next tile's
 // queries load while it works and its MMAs read only the keys from shared
 // memory. Per block it issues wgmma m64n128 (k16 bf16 / fp16, or k32 fp8
-// e4m3) for its two m64 halves, A from registers and the keys from the stage
-// (in the TMA's 128-byte swizzle), waits, frees the stage, and reduces each
-// row of its 128 x 128 fp32 accumulator to the block's max in registers
+// e4m3) for each of its m64 halves, A from registers and the keys from the
+// stage (in the TMA's 128-byte swizzle), waits, frees the stage, and reduces
+// each row of its fp32 accumulators to the block's max in registers
 // (masking keys beyond the row's position only in blocks that need it); each
 // row's score is written once. The top-k follows in select.cu.
 //
@@ -49,8 +50,6 @@ using ::msa::cuda::smem_u32;
 namespace sm90 = ::msa::cuda::sm90;
 
 constexpr int kTile = kPrefillTileRows;
-constexpr int kThreads = 3 * 128;  // producer warpgroup + two consumer warpgroups
-constexpr int kConsumerWarps = 8;
 constexpr int kStages = 4;
 constexpr int kRawStages = 3;      // nvfp4 pages in flight
 constexpr int kWidenWarps = 4;     // the producer warpgroup
@@ -60,12 +59,25 @@ template <PrefillKeys K>
 constexpr bool is_nvfp4() {
   return K == PrefillKeys::nvfp4_bf16 || K == PrefillKeys::nvfp4_fp16;
 }
-// Registers per thread of the two roles (the CTA's 384 x 168 shared out):
-// nvfp4's widening warps take more for independent groups in flight.
+// Consumer warpgroups, each with kHalves m64 halves of the 256-row tile. An
+// e4m3 block's MMAs take half the tensor time of a 16-bit one while its block
+// max costs the same instructions: four warpgroups of one half each keep the
+// tensor pipe fed while others reduce (two of two halves left it idler).
 template <PrefillKeys K>
-constexpr int kProducerRegs = is_nvfp4<K>() ? 56 : 40;
+constexpr int kConsumerGroups = K == PrefillKeys::e4m3 ? 4 : 2;
 template <PrefillKeys K>
-constexpr int kConsumerRegs = is_nvfp4<K>() ? 224 : 232;
+constexpr int kHalves = 4 / kConsumerGroups<K>;
+template <PrefillKeys K>
+constexpr int kConsumerWarps = 4 * kConsumerGroups<K>;
+template <PrefillKeys K>
+constexpr int kThreads = 128 * (1 + kConsumerGroups<K>);  // the producer warpgroup first
+// Registers per thread of the two roles (the SM's 65,536 shared out between
+// the producer warpgroup and the consumers): nvfp4's widening warps take more
+// for independent groups in flight; e4m3's four consumers hold one half each.
+template <PrefillKeys K>
+constexpr int kProducerRegs = is_nvfp4<K>() ? 56 : K == PrefillKeys::e4m3 ? 32 : 40;
+template <PrefillKeys K>
+constexpr int kConsumerRegs = is_nvfp4<K>() ? 224 : K == PrefillKeys::e4m3 ? 112 : 232;
 // Elements of the MMA: 8-bit for e4m3, 16-bit otherwise (nvfp4 widened).
 template <PrefillKeys K>
 constexpr int elem_bytes() {
@@ -408,11 +420,14 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
   constexpr int kPerBox = kSteps * kBox / kHeadDim;        // k-steps per box
   const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, c = lane & 3;
   std::int32_t tiles_seen = 0;
-  float d[2][64];
+  constexpr int H = kHalves<K>;
+  float d[H][64];
   // The tile's query fragments, the A operand from registers: [m64 half][k-step][4].
-  std::uint32_t a[2][kSteps][4];
+  std::uint32_t a[H][kSteps][4];
   // Positions of this thread's two rows of each half in its tile (-1: no row).
-  std::int32_t pos[2][2] = {{-1, -1}, {-1, -1}};
+  std::int32_t pos[H][2];
+#pragma unroll
+  for (int m = 0; m < H; ++m) pos[m][0] = pos[m][1] = -1;
 
   // Block k's stage, once its keys landed.
   auto wait_stage = [&](std::int32_t k) {
@@ -436,7 +451,7 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
   // of its warp's 16 rows of the half and 16-byte chunk (l >> 4) of the k-step's two.
   auto take_half = [&](int m, const StageInfo& si) {
     __syncwarp();
-    const int row = wg * 128 + m * 64 + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const int row = wg * (64 * H) + m * 64 + warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
     for (int st = 0; st < kSteps; ++st) {
       const int box = st / kPerBox, chunk = 2 * (st % kPerBox) + (lane >> 4);
@@ -445,7 +460,7 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+      const std::int32_t local = wg * (64 * H) + m * 64 + warp * 16 + g + 8 * half;
       pos[m][half] = local < si.rows ? si.pos_req + (si.row_in_req + local) / p.num_heads : -1;
     }
   };
@@ -490,7 +505,7 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
       v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
       v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
       if constexpr (is_nvfp4<K>()) v *= global_scale;
-      const std::int32_t local = wg * 128 + m * 64 + warp * 16 + g + 8 * half;
+      const std::int32_t local = wg * (64 * H) + m * 64 + warp * 16 + g + 8 * half;
       if (c == half && pos[m][half] >= 0) {
         p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] = first_key > pos[m][half] ? -INFINITY : v;
       }
@@ -508,13 +523,24 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
     const StageInfo si = wait_stage(k);
     if (si.new_tile) {
       wait_queries(si);
-      take_half(0, si);
-      take_half(1, si);
+#pragma unroll
+      for (int m = 0; m < H; ++m) take_half(m, si);
       hand_back_queries();
     }
     return si;
   };
-  if constexpr (is_nvfp4<K>()) {
+  if constexpr (H == 1) {
+    // One half per warpgroup: the other warpgroups' MMAs run while this one
+    // reduces.
+    for (std::int32_t k = 0; k < range.count; ++k) {
+      const StageInfo cur = start_block(k);
+      issue(0, k);
+      sm90::wgmma_wait<0>();
+      sm90::fence_registers(d[0]);
+      release(k);
+      reduce(0, cur);
+    }
+  } else if constexpr (is_nvfp4<K>()) {
     // nvfp4 waits on its widening: a block's stage goes back as soon as its
     // MMAs are done, before any wait for the next (the pairs below would hold
     // it until the next block is widened).
@@ -575,7 +601,7 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
 }
 
 template <PrefillKeys K>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads<K>, 1)
     prefill_scores_kernel(const __grid_constant__ CUtensorMap key_map, const __grid_constant__ CUtensorMap query_map,
                           const Params p, const Nvfp4Pages fp4) {
   extern __shared__ std::uint8_t smem_raw[];
@@ -606,7 +632,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int s = 0; s < kStages; ++s) {
         // nvfp4 key stages are filled by the widening warps' arrivals.
         sm90::mbar_init(smem_u32(&full[s]), is_nvfp4<K>() ? kWidenWarps : 1);
-        sm90::mbar_init(smem_u32(&empty[s]), kConsumerWarps);
+        sm90::mbar_init(smem_u32(&empty[s]), kConsumerWarps<K>);
       }
       if constexpr (is_nvfp4<K>()) {
         for (int s = 0; s < kRawStages; ++s) {
@@ -615,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       sm90::mbar_init(smem_u32(&q_full), 1);
-      sm90::mbar_init(smem_u32(&q_empty), kConsumerWarps);
+      sm90::mbar_init(smem_u32(&q_empty), kConsumerWarps<K>);
       sm90::mbar_init_fence();
     }
   }
@@ -642,7 +668,7 @@ void launch(const CUtensorMap& key_map, const CUtensorMap& query_map, const Para
     MSA_CUDA_CHECK(cudaFuncSetAttribute(prefill_scores_kernel<K>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         smem_bytes<K>()));
   });
-  prefill_scores_kernel<K><<<grid, kThreads, smem_bytes<K>(), stream>>>(key_map, query_map, p, fp4);
+  prefill_scores_kernel<K><<<grid, kThreads<K>, smem_bytes<K>(), stream>>>(key_map, query_map, p, fp4);
   MSA_CUDA_CHECK_LAUNCH();
 }
 

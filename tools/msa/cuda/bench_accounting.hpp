@@ -167,6 +167,7 @@ inline std::int64_t row_keys(const std::int32_t* ids, int topk, std::int32_t p, 
 
 struct Traffic {
   double flops = 0.0;
+  double fp8_flops = 0.0;  // of flops, those on fp8 tensor cores (the e4m3 index prefill's MMAs)
   double bytes = 0.0;
   std::int64_t keys = 0;    // attend: sum over (token, query head); index: over (token, KV head)
   std::int64_t blocks = 0;  // distinct blocks read (attend: per KV head)
@@ -225,9 +226,11 @@ inline Traffic attend_traffic(const std::vector<std::int32_t>& query_start,
   return t;
 }
 
+// prefill: the rows are scored by the prefill kernel, whose MMAs over an fp8
+// cache are e4m3 (the decode kernel widens fp8 keys to fp16).
 inline Traffic index_traffic(const std::vector<std::int32_t>& query_start,
                              const std::vector<std::int32_t>& seq_lens, int num_kv_heads,
-                             DType index_dtype) {
+                             DType index_dtype, bool prefill) {
   Traffic t;
   for (std::size_t r = 0; r + 1 < query_start.size(); ++r) {
     const std::int32_t qlen = query_start[r + 1] - query_start[r];
@@ -237,6 +240,7 @@ inline Traffic index_traffic(const std::vector<std::int32_t>& query_start,
     t.blocks += (seq_lens[r] + kBlockSize - 1) / kBlockSize;
   }
   t.flops = 2.0 * kHeadDim * double(t.keys);
+  if (prefill && index_dtype == DType::fp8_e4m3) t.fp8_flops = t.flops;
   t.bytes = double(t.blocks) * double(index_page_bytes(index_dtype));
   return t;
 }
@@ -262,7 +266,7 @@ inline Traffic insert_traffic(std::int64_t num_tokens, int num_kv_heads, DType k
 
 // Sum of stage traffics (the layer's totals).
 inline Traffic operator+(const Traffic& a, const Traffic& b) {
-  return Traffic{a.flops + b.flops, a.bytes + b.bytes, a.keys + b.keys, a.blocks + b.blocks};
+  return Traffic{a.flops + b.flops, a.fp8_flops + b.fp8_flops, a.bytes + b.bytes, a.keys + b.keys, a.blocks + b.blocks};
 }
 
 // Share of each stage in the sum of the stages' times; zeros when the sum is 0.

@@ -141,7 +141,7 @@ void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
     InputCopy cp;
     cp.first_page = copies.empty() ? 0 : copies.back().first_page + copies.back().map.pages;
     cp.map = map_pages(m.query_start, m.seq_lens, {}, H, K, true, cp.first_page);
-    cp.traffic = index_traffic(m.query_start, m.seq_lens, H, c.dtype);
+    cp.traffic = index_traffic(m.query_start, m.seq_lens, H, c.dtype, c.prefill);
     copies.push_back(std::move(cp));
   };
   add_copy();

@@ -1,5 +1,6 @@
 #include "bench_ceilings.hpp"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +36,60 @@ struct Cublas {
   Cublas& operator=(const Cublas&) = delete;
 };
 
+// The cuBLASLt objects of one fp8 GEMM, destroyed in reverse order.
+struct LtGemm {
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  LtGemm() = default;
+  ~LtGemm() {
+    if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
+    if (d) (void)cublasLtMatrixLayoutDestroy(d);
+    if (b) (void)cublasLtMatrixLayoutDestroy(b);
+    if (a) (void)cublasLtMatrixLayoutDestroy(a);
+    if (op) (void)cublasLtMatmulDescDestroy(op);
+    if (handle) (void)cublasLtDestroy(handle);
+  }
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+};
+
+// Median ms of D = A^T B for n x n e4m3 A, B and bf16 D (fp32 accumulation):
+// the "TN" form cuBLASLt's fp8 kernels take, with the algorithm its heuristic
+// ranks first.
+double fp8_gemm_ms(int n, int replays, cudaStream_t s) {
+  const std::int64_t elems = std::int64_t(n) * n;
+  const auto bytes = static_cast<std::size_t>(elems);
+  DeviceBuffer a(bytes), b(bytes), out(bytes * 2);
+  constexpr std::size_t kWorkspace = std::size_t(32) << 20;
+  DeviceBuffer workspace(kWorkspace);
+  fill_random(a.get(), elems, DType::fp8_e4m3, 1.0f, 4, cuda::Stream(s));
+  fill_random(b.get(), elems, DType::fp8_e4m3, 1.0f, 5, cuda::Stream(s));
+  LtGemm g;
+  MSA_CUBLAS_CHECK(cublasLtCreate(&g.handle));
+  MSA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  MSA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
+  MSA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(g.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep));
+  MSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.a, CUDA_R_8F_E4M3, std::uint64_t(n), std::uint64_t(n), n));
+  MSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.b, CUDA_R_8F_E4M3, std::uint64_t(n), std::uint64_t(n), n));
+  MSA_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&g.d, CUDA_R_16BF, std::uint64_t(n), std::uint64_t(n), n));
+  MSA_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&g.pref));
+  const std::uint64_t ws = kWorkspace;
+  MSA_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(g.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  cublasLtMatmulHeuristicResult_t best{};
+  int found = 0;
+  MSA_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g.handle, g.op, g.a, g.b, g.d, g.d, g.pref, 1, &best, &found));
+  MSA_CHECK(found > 0, "fp8 GEMM ceiling: cuBLASLt has no e4m3 algorithm for n = ", n);
+  const float alpha = 1.0f, beta = 0.0f;
+  auto gemm = [&](int) {
+    MSA_CUBLAS_CHECK(cublasLtMatmul(g.handle, g.op, &alpha, a.get(), g.a, b.get(), g.b, &beta, out.get(), g.d,
+                                    out.get(), g.d, &best.algo, workspace.get(), kWorkspace, s));
+  };
+  return summarize_ms(time_replays(gemm, 3, replays, cuda::Stream(s))).median_us * 1e-3;
+}
+
 }  // namespace
 
 Ceilings measure_ceilings(cuda::Stream stream, int replays, const std::vector<std::string>& read_only) {
@@ -69,6 +124,8 @@ Ceilings measure_ceilings(cuda::Stream stream, int replays, const std::vector<st
     const TimeStats t = summarize_ms(time_replays(gemm, 3, replays, stream));
     c.gemm_ms = t.median_us * 1e-3;
     c.gemm_tflops = 2.0 * double(n) * double(n) * double(n) / (c.gemm_ms * 1e-3) * 1e-12;
+    c.gemm_fp8_ms = fp8_gemm_ms(ni, replays, s);
+    c.gemm_fp8_tflops = 2.0 * double(n) * double(n) * double(n) / (c.gemm_fp8_ms * 1e-3) * 1e-12;
   }
   {
     int device = 0, sms = 0;

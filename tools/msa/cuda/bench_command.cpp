@@ -56,6 +56,8 @@ const char* kClockQuery =
     "--format=csv,noheader 2>/dev/null";
 
 // Rates of one timed step: TFLOP/s, GB/s and their fractions of the ceilings.
+// frac_gemm: the time the FLOPs take at the GEMM ceiling of their MMA type
+// (fp8 flops at the fp8 one, the rest at bf16's) over the step's time.
 struct Rates {
   double tflops = 0.0, gbps = 0.0, frac_gemm = 0.0, frac_copy = 0.0, frac_read = 0.0;
 };
@@ -65,7 +67,10 @@ Rates rates(const Traffic& t, const TimeStats& time, const Ceilings& ceil) {
   const double s = time.median_us * 1e-6;
   r.tflops = t.flops / s * 1e-12;
   r.gbps = t.bytes / s * 1e-9;
-  r.frac_gemm = ceil.gemm_tflops > 0.0 ? r.tflops / ceil.gemm_tflops : 0.0;
+  if (ceil.gemm_tflops > 0.0 && ceil.gemm_fp8_tflops > 0.0) {
+    const double at_ceiling = (t.flops - t.fp8_flops) / ceil.gemm_tflops + t.fp8_flops / ceil.gemm_fp8_tflops;
+    r.frac_gemm = at_ceiling * 1e-12 / s;
+  }
   r.frac_copy = ceil.copy_gbps > 0.0 ? r.gbps / ceil.copy_gbps : 0.0;
   r.frac_read = ceil.read_gbps > 0.0 ? r.gbps / ceil.read_gbps : 0.0;
   return r;
@@ -116,6 +121,7 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil, std::option
   const Rates x = rates(r.traffic, r.time, ceil);
   j["time_us"] = time_json(r.time);
   j["flops"] = r.traffic.flops;
+  if (r.traffic.fp8_flops > 0.0) j["fp8_flops"] = r.traffic.fp8_flops;
   j["bytes"] = r.traffic.bytes;
   if (c.op == BenchOp::attend || c.op == BenchOp::index) {
     j[c.op == BenchOp::attend ? "attended_keys" : "scored_keys"] = r.traffic.keys;
@@ -203,6 +209,7 @@ nlohmann::json ceilings_json(const Ceilings& ceil, int replays) {
     variants.push_back({{"name", v.name}, {"about", v.about}, {"grid", v.grid}, {"ms", v.ms}, {"gbps", v.gbps}});
   return {{"copy_bytes", ceil.copy_bytes},     {"copy_ms", ceil.copy_ms},         {"copy_gbps", ceil.copy_gbps},
           {"gemm_n", ceil.gemm_n},             {"gemm_ms", ceil.gemm_ms},         {"gemm_tflops", ceil.gemm_tflops},
+          {"gemm_fp8_ms", ceil.gemm_fp8_ms},   {"gemm_fp8_tflops", ceil.gemm_fp8_tflops},
           {"launch_us", ceil.launch_us},       {"read_bytes", ceil.read_bytes},   {"read_ms", ceil.read_ms},
           {"read_gbps", ceil.read_gbps},       {"read_variant", ceil.read_variant}, {"read_variants", variants},
           {"replays", replays}};
@@ -272,12 +279,13 @@ int run_bench(const BenchOptions& o) {
   const Ceilings ceil = measure_ceilings(stream, o.ceiling_replays, o.read_variants);
   std::printf("ceilings: copy %.0f GB/s (cudaMemcpyAsync D2D of %.0f GiB, read + write, median of %d); "
               "read %.0f GB/s (%.1f%% of copy: a kernel that only reads %.0f GiB, variant %s, the fastest of %zu); "
-              "bf16 GEMM %d^3 %.0f TFLOP/s (cuBLAS, fp32 accumulate, median of %d); launch floor %.2f us "
+              "bf16 GEMM %d^3 %.0f TFLOP/s (cuBLAS, fp32 accumulate, median of %d), e4m3 GEMM %.0f TFLOP/s "
+              "(cuBLASLt, the same n; %%gemm counts the fp8 index prefill's FLOPs against it); launch floor %.2f us "
               "(a graph of one empty kernel, timed like the cases)\n",
               ceil.copy_gbps, double(ceil.copy_bytes) / double(1 << 30), o.ceiling_replays, ceil.read_gbps,
               100.0 * ceil.read_gbps / ceil.copy_gbps, double(ceil.read_bytes) / double(1 << 30),
               ceil.read_variant.c_str(), ceil.read_variants.size(), ceil.gemm_n, ceil.gemm_tflops, o.ceiling_replays,
-              ceil.launch_us);
+              ceil.gemm_fp8_tflops, ceil.launch_us);
   nlohmann::json jcases = nlohmann::json::array();
   int errors = 0;
   std::string fatal;

@@ -71,7 +71,7 @@ void bench_layer(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
   res.iq_dtype = iq_dtype;
 
   const Traffic insert_t = insert_traffic(T, H, c.dtype, mode, index_dtype);
-  const Traffic index_t = index_traffic(m.query_start, m.seq_lens, H, index_dtype);
+  const Traffic index_t = index_traffic(m.query_start, m.seq_lens, H, index_dtype, c.prefill);
   // The index stage reads every block and the attention at most as much
   // again: copies sized on what a replay surely reads span >= 4x L2.
   res.copies = rotation_copies(insert_t.bytes + index_t.bytes, bench_copy_bytes_bound(c), s.l2_bytes, s.memory_budget);

@@ -24,6 +24,7 @@ Traffic mean_traffic(const std::vector<Traffic>& copies) {
   for (const Traffic& c : copies) t = t + c;
   const auto n = std::int64_t(std::max<std::size_t>(copies.size(), 1));
   t.flops /= double(n);
+  t.fp8_flops /= double(n);
   t.bytes /= double(n);
   t.keys /= n;
   t.blocks /= n;
