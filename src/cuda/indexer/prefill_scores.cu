@@ -78,6 +78,13 @@ template <PrefillKeys K>
 constexpr int kProducerRegs = is_nvfp4<K>() ? 56 : K == PrefillKeys::e4m3 ? 32 : 40;
 template <PrefillKeys K>
 constexpr int kConsumerRegs = is_nvfp4<K>() ? 224 : K == PrefillKeys::e4m3 ? 112 : 232;
+// setmaxnreg only moves registers between the CTA's warps: the two roles' must
+// fit what the launch gives each thread (65,536 / kThreads, in steps of 8).
+template <PrefillKeys K>
+constexpr bool registers_fit() {
+  return 128 * kProducerRegs<K> + 128 * kConsumerGroups<K> * kConsumerRegs<K> <=
+         kThreads<K> * (65536 / kThreads<K> / 8 * 8);
+}
 // Elements of the MMA: 8-bit for e4m3, 16-bit otherwise (nvfp4 widened).
 template <PrefillKeys K>
 constexpr int elem_bytes() {
@@ -604,6 +611,7 @@ template <PrefillKeys K>
 __global__ void __launch_bounds__(kThreads<K>, 1)
     prefill_scores_kernel(const __grid_constant__ CUtensorMap key_map, const __grid_constant__ CUtensorMap query_map,
                           const Params p, const Nvfp4Pages fp4) {
+  static_assert(registers_fit<K>(), "the producer's and consumers' registers exceed the launch's");
   extern __shared__ std::uint8_t smem_raw[];
   __shared__ __align__(8) std::uint64_t full[kStages], empty[kStages], q_full, q_empty;
   __shared__ StageInfo info[kStages];
