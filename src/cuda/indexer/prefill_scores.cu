@@ -536,31 +536,22 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
     }
     return si;
   };
-  if constexpr (H == 1) {
-    // One half per warpgroup: the other warpgroups' MMAs run while this one
-    // reduces.
+  if constexpr (H == 1 || is_nvfp4<K>()) {
+    // A block at a time, every half's group waited for before its max. One
+    // half per warpgroup: the other warpgroups' MMAs run while this one
+    // reduces. nvfp4 waits on its widening: a block's stage goes back as soon
+    // as its MMAs are done, before any wait for the next (the pairs below
+    // would hold it until the next block is widened).
     for (std::int32_t k = 0; k < range.count; ++k) {
       const StageInfo cur = start_block(k);
-      issue(0, k);
+#pragma unroll
+      for (int m = 0; m < H; ++m) issue(m, k);
       sm90::wgmma_wait<0>();
-      sm90::fence_registers(d[0]);
+#pragma unroll
+      for (int m = 0; m < H; ++m) sm90::fence_registers(d[m]);
       release(k);
-      reduce(0, cur);
-    }
-  } else if constexpr (is_nvfp4<K>()) {
-    // nvfp4 waits on its widening: a block's stage goes back as soon as its
-    // MMAs are done, before any wait for the next (the pairs below would hold
-    // it until the next block is widened).
-    for (std::int32_t k = 0; k < range.count; ++k) {
-      const StageInfo cur = start_block(k);
-      issue(0, k);
-      issue(1, k);
-      sm90::wgmma_wait<0>();
-      sm90::fence_registers(d[0]);
-      sm90::fence_registers(d[1]);
-      release(k);
-      reduce(0, cur);
-      reduce(1, cur);
+#pragma unroll
+      for (int m = 0; m < H; ++m) reduce(m, cur);
     }
   } else {
     // Blocks in pairs, every group waited for within the pair (ptxas serializes

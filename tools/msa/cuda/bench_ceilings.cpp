@@ -58,14 +58,14 @@ struct LtGemm {
 // Median ms of D = A^T B for n x n e4m3 A, B and bf16 D (fp32 accumulation):
 // the "TN" form cuBLASLt's fp8 kernels take, with the algorithm its heuristic
 // ranks first.
-double fp8_gemm_ms(int n, int replays, cudaStream_t s) {
+double fp8_gemm_ms(int n, int replays, cuda::Stream stream) {
   const std::int64_t elems = std::int64_t(n) * n;
   const auto bytes = static_cast<std::size_t>(elems);
   DeviceBuffer a(bytes), b(bytes), out(bytes * 2);
   constexpr std::size_t kWorkspace = std::size_t(32) << 20;
   DeviceBuffer workspace(kWorkspace);
-  fill_random(a.get(), elems, DType::fp8_e4m3, 1.0f, 4, cuda::Stream(s));
-  fill_random(b.get(), elems, DType::fp8_e4m3, 1.0f, 5, cuda::Stream(s));
+  fill_random(a.get(), elems, DType::fp8_e4m3, 1.0f, 4, stream);
+  fill_random(b.get(), elems, DType::fp8_e4m3, 1.0f, 5, stream);
   LtGemm g;
   MSA_CUBLAS_CHECK(cublasLtCreate(&g.handle));
   MSA_CUBLAS_CHECK(cublasLtMatmulDescCreate(&g.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -85,9 +85,10 @@ double fp8_gemm_ms(int n, int replays, cudaStream_t s) {
   const float alpha = 1.0f, beta = 0.0f;
   auto gemm = [&](int) {
     MSA_CUBLAS_CHECK(cublasLtMatmul(g.handle, g.op, &alpha, a.get(), g.a, b.get(), g.b, &beta, out.get(), g.d,
-                                    out.get(), g.d, &best.algo, workspace.get(), kWorkspace, s));
+                                    out.get(), g.d, &best.algo, workspace.get(), kWorkspace,
+                                    static_cast<cudaStream_t>(stream)));
   };
-  return summarize_ms(time_replays(gemm, 3, replays, cuda::Stream(s))).median_us * 1e-3;
+  return summarize_ms(time_replays(gemm, 3, replays, stream)).median_us * 1e-3;
 }
 
 }  // namespace
@@ -123,9 +124,10 @@ Ceilings measure_ceilings(cuda::Stream stream, int replays, const std::vector<st
     };
     const TimeStats t = summarize_ms(time_replays(gemm, 3, replays, stream));
     c.gemm_ms = t.median_us * 1e-3;
-    c.gemm_tflops = 2.0 * double(n) * double(n) * double(n) / (c.gemm_ms * 1e-3) * 1e-12;
-    c.gemm_fp8_ms = fp8_gemm_ms(ni, replays, s);
-    c.gemm_fp8_tflops = 2.0 * double(n) * double(n) * double(n) / (c.gemm_fp8_ms * 1e-3) * 1e-12;
+    const double flops = 2.0 * double(n) * double(n) * double(n);
+    c.gemm_tflops = flops / (c.gemm_ms * 1e-3) * 1e-12;
+    c.gemm_fp8_ms = fp8_gemm_ms(ni, replays, stream);
+    c.gemm_fp8_tflops = flops / (c.gemm_fp8_ms * 1e-3) * 1e-12;
   }
   {
     int device = 0, sms = 0;
