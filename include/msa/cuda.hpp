@@ -78,6 +78,13 @@ void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache,
 // [num_tokens, num_kv_heads, max_blocks] fp32.
 std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_heads,
                                   std::int32_t max_blocks);
+// The same, plus for an nvfp4 index cache the room to widen the keys of up to
+// num_prefill_requests prefill requests once a step (max_blocks blocks of
+// 32 KB each): index() then scores steps whose prefill requests average 2048
+// rows (tokens x KV heads) or more from 16-bit keys widened once, instead of
+// widening every page in every tile that scores it. Other dtypes need no more.
+std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_heads, std::int32_t max_blocks,
+                                  DType cache_dtype, std::int32_t num_prefill_requests);
 // Block scores then top-k, for every token of the step. `max_blocks` bounds
 // ceil(seq_len / 128) over the step's requests. The scores stay at the start of
 // the workspace afterwards ([num_tokens, num_kv_heads, max_blocks] fp32, -inf

@@ -153,8 +153,10 @@ class MsaMetadataBuilder:
     since a graph captured earlier still points into it."""
 
     def __init__(self, num_q_heads, num_kv_heads, *, topk=16, kv_cache_dtype="auto", model_dtype=torch.bfloat16,
-                 query_fp8=False, kv_token_scales=False, device="cuda", prefill_order="query_major"):
+                 query_fp8=False, kv_token_scales=False, device="cuda", prefill_order="query_major",
+                 index_dtype=None):
         self.device = torch.device(device)
+        self.index_dtype = index_dtype  # the index cache's ("nvfp4": workspace to widen prefill keys once)
         self.kv_dtype = kv_cache_dtype_name(kv_cache_dtype, model_dtype)
         out_dtype = _MODEL_DTYPES[model_dtype]
         self.shape = AttentionShape(num_q_heads=num_q_heads, num_kv_heads=num_kv_heads, topk=topk,
@@ -195,7 +197,8 @@ class MsaMetadataBuilder:
             self._attn_workspace = self._workspace(self._attn_workspace, need)
             plan = plan_attention(step, self.shape, workspace=self._attn_workspace)
             table = block_table if index_block_table is None else index_block_table
-            need = index_workspace_bytes(T, self.shape.num_kv_heads, table.shape[1])
+            need = index_workspace_bytes(T, self.shape.num_kv_heads, table.shape[1], index_dtype=self.index_dtype,
+                                         num_prefill_requests=step.num_prefills)
             self._index_workspace = index_ws = self._workspace(self._index_workspace, need)
         return MsaMetadata(step=step, num_actual_tokens=T, num_decodes=step.num_decodes,
                            num_decode_tokens=step.num_decode_tokens, num_prefills=step.num_prefills,

@@ -50,7 +50,8 @@ def index(step, index_q, index_cache, block_table, topk, *, init_blocks=0, local
         import torch
 
         mb = block_table.shape[1] if max_blocks is None else max_blocks
-        need = _msa.index_workspace_bytes(step.num_tokens, index_q.shape[1], mb) if _msa.has_cuda else 0
+        need = (_msa.index_workspace_bytes(step.num_tokens, index_q.shape[1], mb, index_dtype=c.name(),
+                                           num_prefill_requests=step.num_prefills) if _msa.has_cuda else 0)
         workspace = torch.empty(max(need, 256), dtype=torch.uint8, device=index_q.device)
     _msa.index(*step.args(), raw(index_q), raw(c.data), block_table, topk, index_dtype=c.name(), iq_dtype=iq_dtype,
                init_blocks=init_blocks, local_blocks=local_blocks, max_blocks=-1 if max_blocks is None else max_blocks,

@@ -79,7 +79,10 @@ def plan_attention(step, shape, *, workspace=None, stream=None):
     return Plan(shape, blob, workspace)
 
 
-def index_workspace_bytes(num_tokens, num_kv_heads, max_blocks):
-    """Device bytes index() needs: the block scores [num_tokens, num_kv_heads, max_blocks] fp32."""
+def index_workspace_bytes(num_tokens, num_kv_heads, max_blocks, *, index_dtype=None, num_prefill_requests=0):
+    """Device bytes index() needs: the block scores [num_tokens, num_kv_heads, max_blocks] fp32;
+    with index_dtype "nvfp4", also the room to widen the keys of up to num_prefill_requests
+    prefill requests once a step (faster on long prefill chunks)."""
     _require_cuda("index_workspace_bytes")
-    return _msa.index_workspace_bytes(num_tokens, num_kv_heads, max_blocks)
+    return _msa.index_workspace_bytes(num_tokens, num_kv_heads, max_blocks, index_dtype=index_dtype,
+                                      num_prefill_requests=num_prefill_requests)

@@ -82,8 +82,17 @@ void bind_index(nb::module_& m) {
       "num_kv_heads, topk] int32; -1 past a row's valid entries). CUDA: max_blocks (-1: the block "
       "table's columns) bounds ceil(seq_len / 128), and the workspace holds the scores afterwards.");
 #if MSA_HAVE_CUDA
-  m.def("index_workspace_bytes", &cuda::index_workspace_bytes, "num_tokens"_a, "num_kv_heads"_a, "max_blocks"_a,
-        "Device bytes index() needs as workspace: the block scores [num_tokens, num_kv_heads, max_blocks] fp32.");
+  m.def(
+      "index_workspace_bytes",
+      [](std::int32_t num_tokens, std::int32_t num_kv_heads, std::int32_t max_blocks, const OptString& index_dtype,
+         std::int32_t num_prefill_requests) {
+        const DType dtype = index_dtype ? parse_dtype(*index_dtype, "index_dtype") : DType::bf16;
+        return cuda::index_workspace_bytes(num_tokens, num_kv_heads, max_blocks, dtype, num_prefill_requests);
+      },
+      "num_tokens"_a, "num_kv_heads"_a, "max_blocks"_a, nb::kw_only(), "index_dtype"_a = nb::none(),
+      "num_prefill_requests"_a = 0,
+      "Device bytes index() needs as workspace: the block scores [num_tokens, num_kv_heads, max_blocks] fp32, "
+      "and for an nvfp4 index cache the room to widen the keys of num_prefill_requests prefill requests once.");
 #endif
 }
 

@@ -58,11 +58,13 @@ struct Shape {
   std::int64_t shared_pool = 0;  // > 0: tables point into a pool of this many pages (no data check)
   bool head_major = false;       // write the top-k through a [kv_head, token, topk] view
   bool ties = false;             // every key of a request the same: all its blocks score alike
+  bool widen_room = false;       // nvfp4: a workspace with room to widen the prefill keys ahead
   std::string name() const {
     std::string s = msa::detail::concat("H=", heads, " topk=", topk, " init=", init, " local=", local,
                                         " iq=", msa::dtype_name(iq), " keys=", msa::dtype_name(keys));
     if (keys == DType::nvfp4) s += msa::detail::concat(" global_scale=", global_scale);
     if (ties) s += " ties";
+    if (widen_room) s += " widen_room";
     s += msa::detail::concat(" seed=", seed, " requests(q/seq)=");
     for (std::size_t r = 0; r < query_lens.size(); ++r)
       s += msa::detail::concat(r ? "," : "", query_lens[r], "/", seq_lens[r]);
@@ -205,7 +207,10 @@ struct DeviceProblem {
   explicit DeviceProblem(const Problem& pb)
       : step(pb.meta), cache(pb.cache), table(pb.table), iq(pb.iq),
         topk(std::size_t(pb.meta.num_tokens) * pb.shape.heads * pb.shape.topk) {
-    workspace_bytes = msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks);
+    workspace_bytes = pb.shape.widen_room
+                          ? msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks,
+                                                             pb.shape.keys, pb.meta.num_prefills)
+                          : msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks);
     workspace = DeviceBuffer<std::uint8_t>(workspace_bytes);
     workspace.poison_nan();
     topk.fill_bytes(0x7F);  // 0x7F7F7F7F: neither -1 nor a block id
@@ -555,6 +560,53 @@ TEST(CudaIndexer, Nvfp4KeysPrefillChunks) {
   check_shape(mixed);
 }
 
+// nvfp4 keys widened once ahead into the workspace (prefill chunks of 2048 rows
+// or more a request on average, a workspace sized for it): fresh prompts,
+// chunks after cached context, a 2-token and a padding prefill, a decode in
+// the same step, H = 1, 2, 4, bf16 and fp16 queries. The first prefill
+// request's block 0 must have been widened (no poison left in its slot).
+TEST(CudaIndexer, Nvfp4KeysWidenedAhead) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(73);
+  MSA_TRACE_SEED(seed);
+  const bool small = msa::test::sanitizer_mode();
+  std::uint64_t s = seed;
+  for (int heads : {1, 2, 4}) {
+    for (DType iq : {DType::bf16, DType::fp16}) {
+      Shape sh;
+      sh.decode_threshold = 1;
+      // 2048 prefill rows a prefill request or more: at H = 1 one long chunk
+      // and a padding prefill.
+      if (heads == 1) {
+        sh.query_lens = {1, 4300, 5};
+        sh.seq_lens = {small ? 900 : 3000, 4500, 0};
+      } else {
+        sh.query_lens = {1, 3000, 1100, 2, 5};
+        sh.seq_lens = {small ? 900 : 3000, 3000, small ? 1500 : 6000, small ? 0 : 4099, 0};
+      }
+      sh.heads = heads;
+      sh.keys = DType::nvfp4;
+      sh.iq = iq;
+      sh.global_scale = heads == 2 ? 1.0f / 64.0f : 0.0173f;
+      sh.widen_room = true;
+      sh.seed = s++;
+      SCOPED_TRACE(sh.name());
+      const Problem pb = make_problem(sh);
+      DeviceProblem dev(pb);
+      msa::test::CheckBuffer check;
+      dev.run(pb, check.get());
+      msa::test::device_sync();
+      EXPECT_EQ(check.message(), "");
+      expect_matches_cpu(sh, pb, dev);
+      const std::size_t at = msa::cuda::index_workspace_bytes(pb.meta.num_tokens, heads, pb.max_blocks);
+      ASSERT_GE(dev.workspace_bytes, at + 32768);
+      std::vector<std::uint16_t> slot(16384);
+      MSA_CUDA_CHECK(cudaMemcpy(slot.data(), dev.workspace.data() + at, 32768, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(std::count(slot.begin(), slot.end(), std::uint16_t(0xFFFF)), 0) << "block 0 not widened ahead";
+    }
+  }
+}
+
 // nvfp4 keys, decode and verify rows only (decode_query_len 1, 2, 4): padding
 // requests, partial last blocks (127, 128 + q - 1, 129 tokens), a global scale
 // that is not a power of two, a head-major top-k view.
@@ -804,13 +856,17 @@ TEST(CudaIndexer, BadBlockTableEntryIsRecorded) {
   const std::uint64_t seed = msa::test::seed_for(55);
   MSA_TRACE_SEED(seed);
   std::uint64_t s = seed;
-  for (DType keys : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
+  // nvfp4 twice: widened in the score kernel, and widened ahead (a chunk long
+  // enough, a workspace with room).
+  for (int kind = 0; kind < 4; ++kind) {
+    const DType keys = kind == 0 ? DType::bf16 : kind == 1 ? DType::fp8_e4m3 : DType::nvfp4;
     Shape sh;
-    sh.query_lens = {1, 40};
-    sh.seq_lens = {700, 900};
+    sh.query_lens = {1, kind == 3 ? 1100 : 40};
+    sh.seq_lens = {700, kind == 3 ? 1200 : 900};
     sh.heads = 2;
     sh.keys = keys;
     sh.iq = keys == DType::fp8_e4m3 ? keys : DType::bf16;
+    sh.widen_room = kind == 3;
     sh.seed = s++;
     SCOPED_TRACE(sh.name());
     Problem pb = make_problem(sh);

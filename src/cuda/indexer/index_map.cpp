@@ -20,10 +20,10 @@ CUtensorMapDataType map_type(DType dtype) {
 
 }  // namespace
 
-int index_box_features(DType dtype) { return dtype == DType::bf16 ? 64 : 128; }
+int index_box_features(DType dtype) { return dtype_bytes(dtype) == 2 ? 64 : 128; }
 
 bool make_index_map(const IndexCacheView& c, CUtensorMap& map) {
-  if (c.dtype != DType::bf16 && c.dtype != DType::fp8_e4m3) return false;
+  if (c.dtype != DType::bf16 && c.dtype != DType::fp16 && c.dtype != DType::fp8_e4m3) return false;
   if (c.base == nullptr || c.num_pages <= 0) return false;
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;

@@ -4,6 +4,7 @@
 // synchronization, so a decode step can be captured in a CUDA graph.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "core/checks.hpp"
 #include "cuda/common/check.cuh"
@@ -12,6 +13,7 @@
 #include "cuda/indexer/index_map.hpp"
 #include "cuda/indexer/indexer_kernels.cuh"
 #include "cuda/indexer/prefill_scores.hpp"
+#include "cuda/indexer/widen_keys.hpp"
 #include "msa/common.hpp"
 #include "msa/dtype.hpp"
 #include "msa/cuda.hpp"
@@ -27,6 +29,17 @@ std::size_t scores_bytes(std::int64_t num_tokens, std::int64_t num_kv_heads, std
                         sizeof(float);
   return (b + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
 }
+
+// Room for the nvfp4 keys of `prefills` prefill requests widened ahead.
+std::size_t widened_bytes(std::int64_t prefills, std::int64_t max_blocks) {
+  return std::size_t(prefills) * std::size_t(max_blocks) * std::size_t(indexer::kWidenedBlockBytes);
+}
+
+// Prefill rows a request must have on average for its nvfp4 keys to be widened
+// once ahead. A block widened ahead costs about five times what widening a page
+// in one tile of the score kernel adds (bench/RESULTS.md), so it pays from
+// about six tiles of 256 rows a request; eight keep clear of the break-even.
+constexpr std::int64_t kWidenAheadRows = 2048;
 
 bool aligned(const void* p, std::size_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
@@ -51,6 +64,15 @@ std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_h
             "index_workspace_bytes: num_tokens = ", num_tokens, ", num_kv_heads = ", num_kv_heads,
             ", max_blocks = ", max_blocks, " must not be negative");
   return scores_bytes(num_tokens, num_kv_heads, max_blocks);
+}
+
+std::size_t index_workspace_bytes(std::int32_t num_tokens, std::int32_t num_kv_heads, std::int32_t max_blocks,
+                                  DType cache_dtype, std::int32_t num_prefill_requests) {
+  MSA_CHECK(num_prefill_requests >= 0, "index_workspace_bytes: num_prefill_requests = ", num_prefill_requests,
+            " is negative");
+  const std::size_t scores = index_workspace_bytes(num_tokens, num_kv_heads, max_blocks);
+  if (cache_dtype != DType::nvfp4) return scores;
+  return scores + widened_bytes(num_prefill_requests, max_blocks);
 }
 
 namespace {
@@ -142,12 +164,29 @@ void index(const StepView& step, const IndexerArgs& args, std::int32_t max_block
                        (kd == DType::nvfp4 && is_half(qd));
     if (wgmma && indexer::make_rows_map(args.index_q, qd, all_rows, indexer::kPrefillTileRows, query_map)) {
       const std::int64_t prefill_rows = all_rows - decode_rows;
-      const std::int64_t tiles = prefill_rows / indexer::kPrefillTileRows + (step.num_requests - step.num_decodes);
+      const std::int32_t prefills = step.num_requests - step.num_decodes;
+      const std::int64_t tiles = prefill_rows / indexer::kPrefillTileRows + prefills;
       using PK = indexer::PrefillKeys;
-      const PK keys = kd == DType::bf16       ? PK::bf16
-                      : kd == DType::fp8_e4m3 ? PK::e4m3
-                      : qd == DType::fp16     ? PK::nvfp4_fp16
-                                              : PK::nvfp4_bf16;
+      PK keys = kd == DType::bf16       ? PK::bf16
+                : kd == DType::fp8_e4m3 ? PK::e4m3
+                : qd == DType::fp16     ? PK::nvfp4_fp16
+                                        : PK::nvfp4_bf16;
+      // nvfp4 keys widened once ahead where the workspace has room behind the
+      // scores and the requests' chunks are long enough to pay for it.
+      const std::size_t widened = widened_bytes(prefills, block_limit);
+      const bool slots_fit = std::int64_t(prefills) * block_limit <= std::numeric_limits<std::int32_t>::max();
+      if (kd == DType::nvfp4 && prefill_rows >= kWidenAheadRows * prefills && slots_fit &&
+          workspace_bytes - need >= widened) {
+        IndexCacheView w;
+        w.dtype = qd;
+        w.base = static_cast<std::uint8_t*>(workspace) + need;
+        w.num_pages = std::int64_t(prefills) * block_limit;
+        w.page_stride = std::int64_t(kBlockSize) * kHeadDim;
+        if (indexer::make_index_map(w, key_map)) {
+          indexer::launch_widen_keys(step, args, qd == DType::fp16, w.base, block_limit, s);
+          keys = qd == DType::fp16 ? PK::widened_fp16 : PK::widened_bf16;
+        }
+      }
       indexer::launch_prefill_scores(step, args, keys, key_map, query_map, scores, max_blocks, block_limit,
                                      int(std::min<std::int64_t>(sms, tiles * block_limit)), check.buffer, s);
     } else {

@@ -27,6 +27,9 @@
 // query's type (nvfp4_widen.cuh), which the consumers read as they read bf16
 // keys, and a consumer thread loads the queries. The global scale multiplies
 // the block max.
+//
+// nvfp4 keys widened ahead (widen_keys.hpp) are loaded like bf16 keys, block b
+// of request r from its widened slot once the table's page is found in range.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -40,6 +43,7 @@
 #include "cuda/common/device_check.cuh"
 #include "cuda/indexer/nvfp4_widen.cuh"
 #include "cuda/indexer/prefill_scores.hpp"
+#include "cuda/indexer/widen_keys.hpp"
 #include "msa/common.hpp"
 
 namespace msa::cuda::indexer {
@@ -58,6 +62,15 @@ constexpr int kRawBytes = int(index_nvfp4::kPageBytes);
 template <PrefillKeys K>
 constexpr bool is_nvfp4() {
   return K == PrefillKeys::nvfp4_bf16 || K == PrefillKeys::nvfp4_fp16;
+}
+template <PrefillKeys K>
+constexpr bool is_widened() {
+  return K == PrefillKeys::widened_bf16 || K == PrefillKeys::widened_fp16;
+}
+// fp16 MMAs (fp16 queries on nvfp4 keys).
+template <PrefillKeys K>
+constexpr bool is_fp16() {
+  return K == PrefillKeys::nvfp4_fp16 || K == PrefillKeys::widened_fp16;
 }
 // Consumer warpgroups, each with kHalves m64 halves of the 256-row tile. An
 // e4m3 block's MMAs take half the tensor time of a 16-bit one while its block
@@ -144,7 +157,7 @@ struct Params {
 struct Nvfp4Pages {
   const std::uint8_t* base = nullptr;  // the index cache, pages bulk-copied from here
   std::int64_t page_bytes = 0;         // page stride in bytes
-  float global_scale = 1.0f;           // multiplies the block max
+  float global_scale = 1.0f;           // multiplies the block max (nvfp4 and widened keys)
 };
 
 // Tile i of prefill request r.
@@ -226,6 +239,43 @@ struct StageInfo {
   std::int32_t pos_req;   // position of the request's first token
   std::int32_t pos0;      // position of row0's token: the tile's lowest
 };
+
+// A stage's info for the whole warp, read by lane 0 alone: the lane whose
+// arrival frees the stage is then its only reader, so that the producer's next
+// write to the slot is ordered after every read by that arrival. The tile's
+// fields (row0 .. pos0) are read only at a new tile; `tile` keeps them.
+__device__ __forceinline__ StageInfo warp_stage_info(const StageInfo* at, StageInfo& tile) {
+  const bool lead = (threadIdx.x & 31) == 0;
+  std::int32_t block = 0, flags = 0;
+  if (lead) {
+    block = at->block;
+    flags = at->page_ok | (at->new_tile << 1);
+  }
+  block = __shfl_sync(0xffffffffu, block, 0);
+  flags = __shfl_sync(0xffffffffu, flags, 0);
+  if (flags & 2) {
+    std::int32_t w[5] = {};
+    if (lead) {
+      w[0] = at->row0;
+      w[1] = at->rows;
+      w[2] = at->row_in_req;
+      w[3] = at->pos_req;
+      w[4] = at->pos0;
+    }
+#pragma unroll
+    for (int i = 0; i < 5; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], 0);
+    tile.row0 = w[0];
+    tile.rows = w[1];
+    tile.row_in_req = w[2];
+    tile.pos_req = w[3];
+    tile.pos0 = w[4];
+  }
+  StageInfo si = tile;
+  si.block = block;
+  si.page_ok = flags & 1;
+  si.new_tile = flags >> 1;
+  return si;
+}
 
 // Walks the CTA's (tile, block) range in order.
 struct Cursor {
@@ -325,8 +375,10 @@ __device__ void produce(const Params& p, const CUtensorMap* key_map, const CUten
     sm90::mbar_wait(smem_u32(&empty[s]), ((k / kStages) & 1) ^ 1);
     load_block(p, cur, si, &info[s], &full[s], key_bytes<K>(), [&](std::int32_t page, std::uint32_t bar) {
       const std::uint32_t dst = smem_u32(ring + s * key_bytes<K>());
-      sm90::tma_load_3d(dst, key_map, bar, 0, 0, page);
-      if constexpr (K == PrefillKeys::bf16) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, page);
+      std::int32_t at = page;
+      if constexpr (is_widened<K>()) at = std::int32_t(widened_slot(p.step, p.block_limit, cur.t.request, cur.b));
+      sm90::tma_load_3d(dst, key_map, bar, 0, 0, at);
+      if constexpr (elem_bytes<K>() == 2) sm90::tma_load_3d(dst + key_bytes<K>() / 2, key_map, bar, 64, 0, at);
     });
     cur.advance(p);
   }
@@ -368,14 +420,13 @@ __device__ void widen(const Params& p, const Nvfp4Pages& fp4, const Range& range
       widen_nvfp4_page<K == PrefillKeys::nvfp4_fp16, kWidenWarps * 32>(raw_ring + r * kRawBytes,
                                                                          ring + s * key_bytes<K>(), thread);
     }
+    // Each thread frees the raw stage after its own reads of it.
+    sm90::mbar_arrive(smem_u32(&raw_empty[r]));
     if (thread == 0) info[s] = si;
     // The stores are read by wgmma (the async proxy).
     sm90::fence_proxy_async();
     __syncwarp();
-    if ((thread & 31) == 0) {
-      sm90::mbar_arrive(smem_u32(&raw_empty[r]));
-      sm90::mbar_arrive(smem_u32(&full[s]));
-    }
+    if ((thread & 31) == 0) sm90::mbar_arrive(smem_u32(&full[s]));
   }
 }
 
@@ -436,10 +487,12 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
 #pragma unroll
   for (int m = 0; m < H; ++m) pos[m][0] = pos[m][1] = -1;
 
+  // The fields of the current tile, from its first block's stage info.
+  StageInfo tile_info{};
   // Block k's stage, once its keys landed.
   auto wait_stage = [&](std::int32_t k) {
     sm90::mbar_wait(smem_u32(&full[k % kStages]), (k / kStages) & 1);
-    return info[k % kStages];
+    return warp_stage_info(&info[k % kStages], tile_info);
   };
   // A new tile's queries in shared memory (nvfp4: one consumer thread loads
   // them once every consumer warp holds the last tile's).
@@ -489,7 +542,7 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
       const std::uint32_t b_addr = smem_u32(stage + box * (key_bytes<K>() / (kHeadDim / kBox)) + col);
       const std::uint64_t bd = sm90::sw128_desc(b_addr, 16, 1024).at(0);
       if constexpr (K == PrefillKeys::e4m3) wgmma_e4m3(d[m], a[m][st], bd, st > 0);
-      else sm90::wgmma_rs<K == PrefillKeys::nvfp4_fp16, true>(d[m], a[m][st], bd, st > 0);
+      else sm90::wgmma_rs<is_fp16<K>(), true>(d[m], a[m][st], bd, st > 0);
     }
     sm90::wgmma_commit();
   };
@@ -511,7 +564,7 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
       float v = mx[half];
       v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
       v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-      if constexpr (is_nvfp4<K>()) v *= global_scale;
+      if constexpr (is_nvfp4<K>() || is_widened<K>()) v *= global_scale;
       const std::int32_t local = wg * (64 * H) + m * 64 + warp * 16 + g + 8 * half;
       if (c == half && pos[m][half] >= 0) {
         p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] = first_key > pos[m][half] ? -INFINITY : v;
@@ -636,7 +689,7 @@ __global__ void __launch_bounds__(kThreads<K>, 1)
       if constexpr (is_nvfp4<K>()) {
         for (int s = 0; s < kRawStages; ++s) {
           sm90::mbar_init(smem_u32(&raw_full[s]), 1);
-          sm90::mbar_init(smem_u32(&raw_empty[s]), kWidenWarps);
+          sm90::mbar_init(smem_u32(&raw_empty[s]), kWidenWarps * 32);
         }
       }
       sm90::mbar_init(smem_u32(&q_full), 1);
@@ -691,13 +744,15 @@ void launch_prefill_scores(const StepView& step, const IndexerArgs& args, Prefil
   if (keys == PrefillKeys::nvfp4_bf16 || keys == PrefillKeys::nvfp4_fp16) {
     fp4.base = static_cast<const std::uint8_t*>(args.cache.base);
     fp4.page_bytes = args.cache.page_stride;  // bytes for nvfp4
-    fp4.global_scale = args.cache.global_scale;
   }
+  if (args.cache.dtype == DType::nvfp4) fp4.global_scale = args.cache.global_scale;
   switch (keys) {
     case PrefillKeys::bf16: launch<PrefillKeys::bf16>(key_map, query_map, p, fp4, grid, stream); break;
     case PrefillKeys::e4m3: launch<PrefillKeys::e4m3>(key_map, query_map, p, fp4, grid, stream); break;
     case PrefillKeys::nvfp4_bf16: launch<PrefillKeys::nvfp4_bf16>(key_map, query_map, p, fp4, grid, stream); break;
     case PrefillKeys::nvfp4_fp16: launch<PrefillKeys::nvfp4_fp16>(key_map, query_map, p, fp4, grid, stream); break;
+    case PrefillKeys::widened_bf16: launch<PrefillKeys::widened_bf16>(key_map, query_map, p, fp4, grid, stream); break;
+    case PrefillKeys::widened_fp16: launch<PrefillKeys::widened_fp16>(key_map, query_map, p, fp4, grid, stream); break;
   }
 }
 

@@ -162,7 +162,7 @@ void bench_index(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
   DeviceBuffer iq(std::size_t(T * H * kHeadDim) * dtype_bytes(iq_dtype)),
       topk(std::size_t(T * H * K) * sizeof(std::int32_t));
   fill_random(iq.get(), T * H * kHeadDim, iq_dtype, 1.0f, s.seed + 2, stream);
-  const std::size_t ws_bytes = cuda::index_workspace_bytes(std::int32_t(T), H, max_blocks);
+  const std::size_t ws_bytes = index_workspace_bytes(s, std::int32_t(T), H, max_blocks, c.dtype, m.num_prefills);
   DeviceBuffer ws(ws_bytes);
   std::vector<IndexerArgs> args(copies.size());
   for (std::size_t i = 0; i < copies.size(); ++i) {

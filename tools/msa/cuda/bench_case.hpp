@@ -25,7 +25,17 @@ struct BenchSettings {
   double memory_budget = 40e9;  // device bytes for the rotated copies of one case
   cuda::AttentionTuning tuning;  // of the attention plans
   bool token_scales = false;  // fp8 caches: per-(token, head) scales instead of one per tensor
+  // nvfp4 index caches: the index workspace sized to widen the prefill keys
+  // ahead (cuda::index_workspace_bytes with the cache dtype); off: scores only.
+  bool index_widen_ahead = true;
 };
+
+// The index workspace of a step of T tokens under the settings.
+inline std::size_t index_workspace_bytes(const BenchSettings& s, std::int32_t T, std::int32_t H, std::int32_t max_blocks,
+                                         DType index_dtype, std::int32_t prefills) {
+  return s.index_widen_ahead ? cuda::index_workspace_bytes(T, H, max_blocks, index_dtype, prefills)
+                             : cuda::index_workspace_bytes(T, H, max_blocks);
+}
 
 // The stages of a layer case, in their order in the step.
 enum class LayerStage : std::uint8_t { insert, index, attend };

@@ -48,6 +48,7 @@ struct BenchOptions {
   std::string kv_scales = "tensor";     // --kv-scales: fp8 scales per tensor or per (token, head)
   std::string tile_kernel = "auto";     // --tile-kernel: the token-tile kernel (auto: wgmma where it applies)
   std::int64_t widen_bytes = -1;        // --widen-bytes: AttentionTuning::widen_bytes (-1: the default limit)
+  std::string index_widen_ahead = "on";  // --index-widen-ahead: BenchSettings::index_widen_ahead
   std::string json;
 };
 
@@ -263,6 +264,7 @@ int run_bench(const BenchOptions& o) {
   // The mma.sync token tiles instead of the wgmma ones (a comparison).
   s.tuning.tile_kernel = o.tile_kernel == "mma-sync" ? cuda::TileKernel::mma_sync : cuda::TileKernel::automatic;
   s.token_scales = o.kv_scales == "token";
+  s.index_widen_ahead = o.index_widen_ahead == "on";
   s.l2_bytes = double(dev.l2_bytes > 0 ? dev.l2_bytes : 50 << 20);
   s.memory_budget = std::min(40e9, 0.7 * double(dev.free_bytes));
   const std::string pattern_words = o.pattern.empty() ? "each case's (attend random, layer clustered)" : o.pattern;
@@ -358,6 +360,7 @@ int run_bench(const BenchOptions& o) {
           {"kv_scales", o.kv_scales},
           {"tile_kernel", o.tile_kernel},
           {"widen_bytes", o.widen_bytes},
+          {"index_widen_ahead", o.index_widen_ahead},
           {"set", set},
           {"quick", o.quick || set == "quick"},
           {"ceilings_only", o.ceilings_only},
@@ -451,6 +454,12 @@ Command register_bench(CLI::App& app) {
                   "-1: the default limit, 0: widen on the fly")
       ->capture_default_str()
       ->check(CLI::Range(std::int64_t(-1), std::int64_t(1) << 40));
+  sub->add_option("--index-widen-ahead", o->index_widen_ahead,
+                  "nvfp4 index caches: on sizes the index workspace to widen the prefill keys once a step "
+                  "(msa::cuda::index_workspace_bytes with the cache dtype), off for the block scores only (the keys "
+                  "then widen in the score kernel)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"on", "off"}));
   sub->add_option("--json", o->json, "also write everything as JSON to FILE");
   return Command{sub, [o] { return run_bench(*o); }};
 }

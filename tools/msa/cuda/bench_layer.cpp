@@ -116,7 +116,8 @@ void bench_layer(const BenchCase& c, const BenchSettings& s, cuda::Stream stream
   fill_random(new_v.get(), T * H * kHeadDim, DType::bf16, 1.0f, s.seed + 7, stream);
   DeviceBuffer q(std::size_t(T * QH * kHeadDim * 2)), out(std::size_t(T * QH * kHeadDim * 2));
   fill_random(q.get(), T * QH * kHeadDim, DType::bf16, 1.0f, s.seed + 1, stream);
-  const std::size_t index_ws_bytes = cuda::index_workspace_bytes(std::int32_t(T), H, max_blocks);
+  const std::size_t index_ws_bytes =
+      index_workspace_bytes(s, std::int32_t(T), H, max_blocks, index_dtype, m.num_prefills);
   DeviceBuffer index_ws(index_ws_bytes);
 
   // The insert and the index of every copy, eagerly, and its selections.

@@ -223,16 +223,17 @@ void index_stage(CaseState& st) {
   const std::int64_t T = m.num_tokens, nb = d.max_blocks;
   const DeviceBuffer iq = to_device(d.index_q);
   const DeviceBuffer topk = to_device(std::vector<std::int32_t>(std::size_t(T * H * K), -7));
-  const std::size_t ws_bytes = cuda::index_workspace_bytes(std::int32_t(T), H, d.max_blocks);
+  IndexerArgs gargs;
+  gargs.cache = index_cache_view(c, d, st.index_cache.get());
+  const std::size_t ws_bytes = cuda::index_workspace_bytes(std::int32_t(T), H, d.max_blocks, gargs.cache.dtype,
+                                                           m.num_prefills);
   DeviceBuffer ws(std::max<std::size_t>(ws_bytes, std::size_t(T * H * nb) * sizeof(float)));
   ws.fill_bytes(0xFF);
-  IndexerArgs gargs;
   gargs.index_q = iq.get();
   gargs.iq_dtype = c.iq_dtype();
   gargs.num_kv_heads = H;
   gargs.init_blocks = 0;
   gargs.local_blocks = 1;
-  gargs.cache = index_cache_view(c, d, st.index_cache.get());
   gargs.block_table = block_table_view(d, st.index_table.as<std::int32_t>());
   gargs.out = TopkView::token_major(topk.as<std::int32_t>(), H, K);
   const Outcome o = run_gpu([&] { cuda::index(st.gstep, gargs, d.max_blocks, {ws.get(), ws_bytes}, st.s, st.check); },

@@ -62,7 +62,8 @@ double run_step_cuda_bytes(const WorkloadSpec& spec, bool qkv_input) {
   std::int32_t max_blocks = 0;
   for (std::int32_t r = 0; r < meta.num_requests; ++r) max_blocks = std::max(max_blocks, meta.num_blocks(r));
   return 2 * b.kv_cache + b.index_cache + b.step + (qkv_input ? qkv_step_bytes(spec) : 0.0) +
-         double(cuda::index_workspace_bytes(meta.num_tokens, spec.model.num_kv_heads, max_blocks)) +
+         double(cuda::index_workspace_bytes(meta.num_tokens, spec.model.num_kv_heads, max_blocks, spec.index_dtype,
+                                            meta.num_prefills)) +
          double(cuda::attention_workspace_bytes(meta, attention_args_of(spec)));
 }
 
@@ -135,7 +136,7 @@ CudaStageTimes run_step_cuda(Workload& w, const QkvStep* qkv) {
   ia.block_table = w.table_at(index_table.as<std::int32_t>());
   ia.out.data = topk.as<std::int32_t>();
   const std::size_t index_ws_bytes =
-      cuda::index_workspace_bytes(meta.num_tokens, m.num_kv_heads, w.max_blocks);
+      cuda::index_workspace_bytes(meta.num_tokens, m.num_kv_heads, w.max_blocks, ia.cache.dtype, meta.num_prefills);
   DeviceBuffer index_ws(index_ws_bytes);
 
   AttentionArgs aa = w.attention_args();
