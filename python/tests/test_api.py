@@ -158,6 +158,17 @@ def test_cpu_only_build_says_so():
         msa.index_workspace_bytes(1, 1, 1)
 
 
+@pytest.mark.skipif(not msa.has_cuda, reason="this build has no CUDA backend")
+def test_index_workspace_room_for_nvfp4_prefill_keys():
+    scores = msa.index_workspace_bytes(4096, 1, 100)
+    assert scores == 4096 * 100 * 4
+    assert msa.index_workspace_bytes(4096, 1, 100, index_dtype="bf16", num_prefill_requests=3) == scores
+    assert msa.index_workspace_bytes(4096, 1, 100, index_dtype="nvfp4", num_prefill_requests=3) == \
+        scores + 3 * 100 * 128 * 128 * 2
+    with pytest.raises(msa.Error, match="num_prefill_requests"):
+        msa.index_workspace_bytes(4096, 1, 100, index_dtype="nvfp4", num_prefill_requests=-1)
+
+
 def test_minimax_m3_numbers():
     m = msa.minimax_m3(4)
     assert (m["num_q_heads"], m["num_kv_heads"], m["topk"], m["block_size"]) == (16, 1, 16, 128)

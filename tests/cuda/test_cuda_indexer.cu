@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -346,8 +347,10 @@ void expect_matches_cpu(const Shape& sh, const Problem& pb, const DeviceProblem&
   }
 }
 
-// Runs one shape through cuda::index and checks scores and selection.
-void check_shape(const Shape& sh) {
+// Runs one shape through cuda::index and checks scores and selection, then
+// `more` (if given) on the same run.
+void check_shape(const Shape& sh,
+                 const std::function<void(const Problem&, const DeviceProblem&)>& more = nullptr) {
   SCOPED_TRACE(sh.name());
   const Problem pb = make_problem(sh);
   DeviceProblem dev(pb);
@@ -356,6 +359,7 @@ void check_shape(const Shape& sh) {
   msa::test::device_sync();
   EXPECT_EQ(check.message(), "");
   expect_matches_cpu(sh, pb, dev);
+  if (more) more(pb, dev);
 }
 
 TEST(CudaIndexer, PrefillChunks) {
@@ -590,19 +594,13 @@ TEST(CudaIndexer, Nvfp4KeysWidenedAhead) {
       sh.global_scale = heads == 2 ? 1.0f / 64.0f : 0.0173f;
       sh.widen_room = true;
       sh.seed = s++;
-      SCOPED_TRACE(sh.name());
-      const Problem pb = make_problem(sh);
-      DeviceProblem dev(pb);
-      msa::test::CheckBuffer check;
-      dev.run(pb, check.get());
-      msa::test::device_sync();
-      EXPECT_EQ(check.message(), "");
-      expect_matches_cpu(sh, pb, dev);
-      const std::size_t at = msa::cuda::index_workspace_bytes(pb.meta.num_tokens, heads, pb.max_blocks);
-      ASSERT_GE(dev.workspace_bytes, at + 32768);
-      std::vector<std::uint16_t> slot(16384);
-      MSA_CUDA_CHECK(cudaMemcpy(slot.data(), dev.workspace.data() + at, 32768, cudaMemcpyDeviceToHost));
-      EXPECT_EQ(std::count(slot.begin(), slot.end(), std::uint16_t(0xFFFF)), 0) << "block 0 not widened ahead";
+      check_shape(sh, [](const Problem& pb, const DeviceProblem& dev) {
+        const std::size_t at = msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks);
+        ASSERT_GE(dev.workspace_bytes, at + 32768);
+        std::vector<std::uint16_t> slot(16384);
+        MSA_CUDA_CHECK(cudaMemcpy(slot.data(), dev.workspace.data() + at, 32768, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(std::count(slot.begin(), slot.end(), std::uint16_t(0xFFFF)), 0) << "block 0 not widened ahead";
+      });
     }
   }
 }

@@ -36,8 +36,8 @@ std::size_t widened_bytes(std::int64_t prefills, std::int64_t max_blocks) {
 }
 
 // Prefill rows a request must have on average for its nvfp4 keys to be widened
-// once ahead. A block widened ahead costs about five times what widening a page
-// in one tile of the score kernel adds (bench/RESULTS.md), so it pays from
+// once ahead. A block widened ahead costs five to six times what widening a
+// page in one tile of the score kernel adds (bench/RESULTS.md), so it pays from
 // about six tiles of 256 rows a request; eight keep clear of the break-even.
 constexpr std::int64_t kWidenAheadRows = 2048;
 
