@@ -449,6 +449,19 @@ TEST(CudaIndexer, Nvfp4CacheDecodeVerify) {
   }
 }
 
+// Workspace sizing (host only, no device needed): the scores, plus for an
+// nvfp4 cache the room to widen the prefill requests' keys ahead.
+TEST(CudaIndexer, WorkspaceBytesWithRoomToWiden) {
+  const std::size_t scores = msa::cuda::index_workspace_bytes(4096, 2, 100);
+  EXPECT_EQ(scores, std::size_t(4096) * 2 * 100 * 4);
+  for (DType d : {DType::bf16, DType::fp8_e4m3})
+    EXPECT_EQ(msa::cuda::index_workspace_bytes(4096, 2, 100, d, 3), scores) << msa::dtype_name(d);
+  EXPECT_EQ(msa::cuda::index_workspace_bytes(4096, 2, 100, DType::nvfp4, 3),
+            scores + std::size_t(3) * 100 * kBlockSize * kHeadDim * 2);
+  EXPECT_EQ(msa::cuda::index_workspace_bytes(4096, 2, 100, DType::nvfp4, 0), scores);
+  EXPECT_THROW(msa::cuda::index_workspace_bytes(4096, 2, 100, DType::nvfp4, -1), msa::Error);
+}
+
 // Decode units: a request of one full unit (32 rows) and of more rows than one
 // unit (48), one long request spread over every SM, and many short ones.
 TEST(CudaIndexer, DecodeUnitsAndSpread) {
