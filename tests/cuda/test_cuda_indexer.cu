@@ -208,10 +208,8 @@ struct DeviceProblem {
   explicit DeviceProblem(const Problem& pb)
       : step(pb.meta), cache(pb.cache), table(pb.table), iq(pb.iq),
         topk(std::size_t(pb.meta.num_tokens) * pb.shape.heads * pb.shape.topk) {
-    workspace_bytes = pb.shape.widen_room
-                          ? msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks,
-                                                             pb.shape.keys, pb.meta.num_prefills)
-                          : msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks);
+    workspace_bytes = msa::cuda::index_workspace_bytes(pb.meta.num_tokens, pb.shape.heads, pb.max_blocks,
+                                                       pb.shape.keys, pb.shape.widen_room ? pb.meta.num_prefills : 0);
     workspace = DeviceBuffer<std::uint8_t>(workspace_bytes);
     workspace.poison_nan();
     topk.fill_bytes(0x7F);  // 0x7F7F7F7F: neither -1 nor a block id

@@ -33,8 +33,7 @@ struct BenchSettings {
 // The index workspace of a step of T tokens under the settings.
 inline std::size_t index_workspace_bytes(const BenchSettings& s, std::int32_t T, std::int32_t H, std::int32_t max_blocks,
                                          DType index_dtype, std::int32_t prefills) {
-  return s.index_widen_ahead ? cuda::index_workspace_bytes(T, H, max_blocks, index_dtype, prefills)
-                             : cuda::index_workspace_bytes(T, H, max_blocks);
+  return cuda::index_workspace_bytes(T, H, max_blocks, index_dtype, s.index_widen_ahead ? prefills : 0);
 }
 
 // The stages of a layer case, in their order in the step.
