@@ -846,18 +846,20 @@ TEST(CudaIndexer, SelectTopkBlockAndWarpRows) {
   }
 }
 
-// Long rows: the selection stages a row's keys in shared memory up to about
-// 10K blocks per row (fewer rows per CTA as rows grow) and reads the scores in
-// place beyond; both sides of that limit.
+// Long rows: the selection stages a row's scores in shared memory up to about
+// 25K blocks per row (fewer warps per CTA as rows grow) and reads the scores
+// in place beyond; both sides of that limit.
 TEST(CudaIndexer, SelectTopkLongRows) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(45);
   MSA_TRACE_SEED(seed);
   std::mt19937_64 rng(seed);
-  // 1M-token rows (8,193 blocks: staged, one row per CTA) with shorter ones.
+  // 1M-token rows (8,193 blocks: staged, three warps per CTA) with shorter ones.
   check_select_on_adversarial_scores({1 << 20, 3000, 1 << 20, 700000, 1, 1 << 20}, rng);
-  // 1.5M tokens (12,289 blocks): past the stage.
-  check_select_on_adversarial_scores({1536 * 1024, 50000, 1536 * 1024 - 5}, rng);
+  // 3.2M tokens (25,000 blocks): one warp per CTA, staged.
+  check_select_on_adversarial_scores({25000 * 128, 50000, 25000 * 128 - 5}, rng);
+  // 3.4M tokens (26,563 blocks): past the stage.
+  check_select_on_adversarial_scores({3400000, 50000, 3400000 - 5}, rng);
 }
 
 TEST(CudaIndexer, BadBlockTableEntryIsRecorded) {

@@ -181,17 +181,21 @@ __device__ __forceinline__ std::uint32_t lane_max(const KeyAt& key_at, std::int3
   return most;
 }
 
-// The pick-th largest of the warp's 32 values v (0 < pick <= 32), in every lane.
+// The pick-th largest of the warp's 32 values v (0 < pick <= 32), in every
+// lane: a bitonic sort over the lanes (15 exchange steps), lane 0 the largest.
 __device__ __forceinline__ std::uint32_t warp_kth_largest(std::uint32_t v, std::int32_t pick, int lane) {
-  // Rank of each lane's value in (value descending, lane ascending) order.
-  std::int32_t rank = 0;
 #pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const std::uint32_t o = __shfl_sync(0xffffffffu, v, j);
-    rank += (o > v || (o == v && j < lane)) ? 1 : 0;
+  for (int k = 2; k <= 32; k <<= 1) {
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      const std::uint32_t o = __shfl_xor_sync(0xffffffffu, v, j);
+      // Runs of k lanes sorted descending where lane & k is clear, ascending
+      // elsewhere; the last (k = 32) run is the whole warp, descending.
+      const bool keep_larger = ((lane & j) == 0) == ((lane & k) == 0);
+      v = keep_larger ? max(v, o) : min(v, o);
+    }
   }
-  const std::uint32_t at = __ballot_sync(0xffffffffu, rank == pick - 1);
-  return __shfl_sync(0xffffffffu, v, __ffs(at) - 1);
+  return __shfl_sync(0xffffffffu, v, pick - 1);
 }
 
 // Gathers, in ascending index order, the candidates whose key reaches the

@@ -240,42 +240,10 @@ struct StageInfo {
   std::int32_t pos0;      // position of row0's token: the tile's lowest
 };
 
-// A stage's info for the whole warp, read by lane 0 alone: the lane whose
-// arrival frees the stage is then its only reader, so that the producer's next
-// write to the slot is ordered after every read by that arrival. The tile's
-// fields (row0 .. pos0) are read only at a new tile; `tile` keeps them.
-__device__ __forceinline__ StageInfo warp_stage_info(const StageInfo* at, StageInfo& tile) {
-  const bool lead = (threadIdx.x & 31) == 0;
-  std::int32_t block = 0, flags = 0;
-  if (lead) {
-    block = at->block;
-    flags = at->page_ok | (at->new_tile << 1);
-  }
-  block = __shfl_sync(0xffffffffu, block, 0);
-  flags = __shfl_sync(0xffffffffu, flags, 0);
-  if (flags & 2) {
-    std::int32_t w[5] = {};
-    if (lead) {
-      w[0] = at->row0;
-      w[1] = at->rows;
-      w[2] = at->row_in_req;
-      w[3] = at->pos_req;
-      w[4] = at->pos0;
-    }
-#pragma unroll
-    for (int i = 0; i < 5; ++i) w[i] = __shfl_sync(0xffffffffu, w[i], 0);
-    tile.row0 = w[0];
-    tile.rows = w[1];
-    tile.row_in_req = w[2];
-    tile.pos_req = w[3];
-    tile.pos0 = w[4];
-  }
-  StageInfo si = tile;
-  si.block = block;
-  si.page_ok = flags & 1;
-  si.new_tile = flags >> 1;
-  return si;
-}
+// A stage's info, read by every lane of a consumer warp: every lane arrives
+// on the stage's empty barrier itself (consume's release), so that each
+// lane's reads are ordered before the producer's next write to the slot.
+__device__ __forceinline__ StageInfo stage_info(const StageInfo* at) { return *at; }
 
 // Walks the CTA's (tile, block) range in order.
 struct Cursor {
@@ -487,12 +455,10 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
 #pragma unroll
   for (int m = 0; m < H; ++m) pos[m][0] = pos[m][1] = -1;
 
-  // The fields of the current tile, from its first block's stage info.
-  StageInfo tile_info{};
   // Block k's stage, once its keys landed.
   auto wait_stage = [&](std::int32_t k) {
     sm90::mbar_wait(smem_u32(&full[k % kStages]), (k / kStages) & 1);
-    return warp_stage_info(&info[k % kStages], tile_info);
+    return stage_info(&info[k % kStages]);
   };
   // A new tile's queries in shared memory (nvfp4: one consumer thread loads
   // them once every consumer warp holds the last tile's).
@@ -572,12 +538,9 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
     }
   };
 
-  // Block k's stage is free once every consumer warp is past both its
-  // halves: one arrival per warp, no barrier.
-  auto release = [&](std::int32_t k) {
-    __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(smem_u32(&empty[k % kStages]));
-  };
+  // Block k's stage is free once every consumer thread is past both its
+  // halves: an arrival per thread, no barrier.
+  auto release = [&](std::int32_t k) { sm90::mbar_arrive(smem_u32(&empty[k % kStages])); };
   // A block's stage and, at a new tile, the tile's queries into registers.
   auto start_block = [&](std::int32_t k) {
     const StageInfo si = wait_stage(k);
@@ -684,7 +647,7 @@ __global__ void __launch_bounds__(kThreads<K>, 1)
       for (int s = 0; s < kStages; ++s) {
         // nvfp4 key stages are filled by the widening warps' arrivals.
         sm90::mbar_init(smem_u32(&full[s]), is_nvfp4<K>() ? kWidenWarps : 1);
-        sm90::mbar_init(smem_u32(&empty[s]), kConsumerWarps<K>);
+        sm90::mbar_init(smem_u32(&empty[s]), 32 * kConsumerWarps<K>);
       }
       if constexpr (is_nvfp4<K>()) {
         for (int s = 0; s < kRawStages; ++s) {

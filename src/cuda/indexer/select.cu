@@ -11,11 +11,14 @@
 // bound of T are gathered, T is ranked among them and the winners are taken
 // from them; where those are many, a radix select finds T and one last
 // ascending pass over the row takes the winners, in ascending order with
-// ballots. The warp first copies its row's candidate keys into shared memory
-// (every load in flight at once), so that the passes do not each wait on a
-// round trip to L2 per 32 candidates: a 1,024-block row took ~20 us that way.
-// Rows longer than the launch's stage (a few rows of over 10K blocks, 1.3M
-// tokens) read the scores where they are.
+// ballots. The passes read a row's scores from shared memory, not each with a
+// round trip to L2 per 32 candidates (a 1,024-block row took ~20 us that way):
+// a persistent grid of warps, each taking rows w, w + warps, ..., copies its
+// next row's scores in by cp.async (16-byte pieces, every load in flight)
+// while it selects the current one, so that the scores stream in at the
+// memory's pace instead of a round trip per row. Rows longer than two stages
+// fit in shared memory (over 25K blocks, 3.2M tokens) read the scores where
+// they are.
 //
 // A step of few long rows (a decode batch at long context) would leave most
 // SMs idle and each row on one warp; there a block of kWarps warps takes a row
@@ -25,10 +28,13 @@
 // each warp told how many winners and threshold ties the chunks before it
 // hold.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
+#include "cuda/attention/host/prepare_once.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.hpp"
+#include "cuda/common/ptx.cuh"
 #include "cuda/common/warp_select.cuh"
 #include "cuda/indexer/indexer_kernels.cuh"
 #include "msa/common.hpp"
@@ -48,10 +54,15 @@ using warp::rank_gathered;
 using warp::take_gathered;
 using warp::Threshold;
 
-constexpr int kWarps = 8;  // at most, per CTA
-// Shared memory for the staged keys of a CTA, within the 48 KB a kernel may
-// use without opting in (the histograms take 8 KB).
+constexpr int kWarps = 8;  // per CTA of the block-per-row kernel
+// Shared memory for the staged keys of a block-per-row CTA, within the 48 KB a
+// kernel may use without opting in.
 constexpr std::int32_t kStageBytes = 40 * 1024;
+// The streamed warp-per-row kernel: at most kStreamWarps warps a CTA, one CTA
+// an SM, each warp with a histogram and a row's stage in kStreamBytes of
+// dynamic shared memory.
+constexpr int kStreamWarps = 32;
+constexpr std::int32_t kStreamBytes = 220 * 1024;
 
 struct SelectParams {
   StepView step;
@@ -64,8 +75,17 @@ struct SelectParams {
   std::int32_t init_blocks = 0;
   std::int32_t local_blocks = 0;
   std::int64_t num_rows = 0;
-  std::int32_t stage = 0;         // staged keys per warp (0: none)
+  std::int32_t stage = 0;         // staged keys per warp (0: none); a multiple of 4 in select_kernel
 };
+
+// The winners among the `gathered` candidates of hist (gather_above_bound or
+// StagedRow::gather), written to out[head + place] in ascending order.
+__device__ __forceinline__ void take_ranked(const std::uint32_t* hist, std::int32_t gathered, std::int32_t head,
+                                            std::int32_t pick, std::int32_t* out, int lane) {
+  const Threshold th = rank_gathered(hist, gathered, pick, lane);
+  const auto take = [out, head](std::int32_t place, std::int32_t i) { out[head + place] = head + i; };
+  take_gathered(hist, gathered, th, lane, take);
+}
 
 // The winners among the candidates that reach the lower bound (cuda/common/
 // warp_select.cuh), written to out[head + place] in ascending order; false
@@ -78,18 +98,15 @@ __device__ __forceinline__ bool select_filtered(const KeyAt& key_at, std::uint32
   if (pick > 32) return false;
   const std::int32_t gathered = gather_above_bound(key_at, count, pick, most, hist, lane);
   if (gathered > kMaxGathered) return false;
-  const Threshold th = rank_gathered(hist, gathered, pick, lane);
-  const auto take = [out, head](std::int32_t place, std::int32_t i) { out[head + place] = head + i; };
-  take_gathered(hist, gathered, th, lane, take);
+  take_ranked(hist, gathered, head, pick, out, lane);
   return true;
 }
 
-// Selects a row's `pick` winners among candidates [head, tail), keys by key_at(i) for candidate head + i.
+// Selects a row's `pick` winners among candidates [head, tail) by the radix
+// select and one ascending pass, keys by key_at(i) for candidate head + i.
 template <class KeyAt>
-__device__ __forceinline__ void select_between(const KeyAt& key_at, std::uint32_t most, std::int32_t head,
-                                               std::int32_t tail, std::int32_t pick, std::uint32_t* hist,
-                                               std::int32_t* out, int lane) {
-  if (select_filtered(key_at, most, head, tail - head, pick, hist, out, lane)) return;
+__device__ __forceinline__ void select_by_radix(const KeyAt& key_at, std::int32_t head, std::int32_t tail,
+                                                std::int32_t pick, std::uint32_t* hist, std::int32_t* out, int lane) {
   const Threshold th = radix_threshold(key_at, tail - head, pick, hist, lane);
   // Ascending pass: keys above the threshold, then the lowest-id ties.
   std::int32_t written = 0, ties_seen = 0;
@@ -103,6 +120,15 @@ __device__ __forceinline__ void select_between(const KeyAt& key_at, std::uint32_
   }
 }
 
+// Selects a row's `pick` winners among candidates [head, tail), keys by key_at(i) for candidate head + i.
+template <class KeyAt>
+__device__ __forceinline__ void select_between(const KeyAt& key_at, std::uint32_t most, std::int32_t head,
+                                               std::int32_t tail, std::int32_t pick, std::uint32_t* hist,
+                                               std::int32_t* out, int lane) {
+  if (select_filtered(key_at, most, head, tail - head, pick, hist, out, lane)) return;
+  select_by_radix(key_at, head, tail, pick, hist, out, lane);
+}
+
 // A row's selection problem (contract 5): n = last + 1 eligible blocks, of
 // which [0, head) and [tail, n) are forced when n > topk, and `pick` places go
 // to candidates [head, tail).
@@ -112,13 +138,18 @@ struct Row {
   std::int32_t n = 0, head = 0, tail = 0, pick = 0;
 };
 
+// The row's last eligible block (-1: none).
+__device__ __forceinline__ std::int32_t row_last(const SelectParams& p, std::int64_t row) {
+  const std::int32_t pos = p.step.position(static_cast<std::int32_t>(row / p.num_heads));
+  return pos < 0 ? -1 : min(pos / kBlockSize, p.block_limit - 1);
+}
+
 // Fills the row's tail, writes everything but the picked candidates (thread
 // `i` of `threads`), and says whether candidates remain to be picked.
-__device__ __forceinline__ bool prepare_row(const SelectParams& p, std::int64_t row, int i, int threads, Row& r) {
+__device__ __forceinline__ bool prepare_row(const SelectParams& p, std::int64_t row, std::int32_t last, int i,
+                                            int threads, Row& r) {
   const std::int32_t t = static_cast<std::int32_t>(row / p.num_heads);
   const std::int32_t h = static_cast<std::int32_t>(row - std::int64_t(t) * p.num_heads);
-  const std::int32_t pos = p.step.position(t);
-  const std::int32_t last = pos < 0 ? -1 : min(pos / kBlockSize, p.block_limit - 1);
   r.scores = p.scores + row * p.max_blocks;
   if (p.fill != nullptr) {
     float* f = p.fill + row * p.max_blocks;
@@ -139,36 +170,168 @@ __device__ __forceinline__ bool prepare_row(const SelectParams& p, std::int64_t 
   return r.pick > 0;
 }
 
-// One warp per row. (The minimum of one CTA per SM lifts the register
-// target ptxas picks for 256 threads, at which it spilled.)
-__global__ void __launch_bounds__(kWarps * 32, 1) select_kernel(const SelectParams p) {
-  __shared__ std::uint32_t hist_all[kWarps][kBins];
-  extern __shared__ std::uint32_t staged_all[];  // [warps][p.stage]
-  const int warps = int(blockDim.x >> 5);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const std::int64_t row = std::int64_t(blockIdx.x) * warps + warp;
-  if (row >= p.num_rows) return;  // whole warp; no block-wide barrier below
-  Row r;
-  if (!prepare_row(p, row, lane, 32, r)) return;
+// A row's candidate scores [head, tail) copied into a stage by cp.async:
+// candidate i lands at stage[i + off], off the float offset of the first
+// score within its 16 bytes, so that the whole 16-byte pieces between the
+// row's ends copy as they lie (the ends 4 bytes a lane). The stage's pieces
+// are padded with NaN before and after the row, so that the passes below read
+// whole pieces without bounds. Every lane of the warp calls it; the caller
+// commits the copies.
+__device__ __forceinline__ std::int32_t stage_row(const Row& r, float* stage, int lane) {
+  const float* src = r.scores + r.head;
   const std::int32_t count = r.tail - r.head;
-  const float* s = r.scores;
-  const std::int32_t head = r.head;
-  if (count <= p.stage) {
-    std::uint32_t* keys = staged_all + std::int64_t(warp) * p.stage;  // [count]
-    std::uint32_t most = 0;  // the lane's largest key, for the filter
-#pragma unroll 8
-    for (std::int32_t i = lane; i < count; i += 32) {
-      const std::uint32_t k = order_key(s[head + i]);
-      keys[i] = k;
-      most = max(most, k);
+  const std::int32_t off = static_cast<std::int32_t>((reinterpret_cast<std::uintptr_t>(src) >> 2) & 3);
+  const std::int32_t lead = min(count, (4 - off) & 3);  // scores before the first whole piece
+  const std::int32_t pieces = (count - lead) >> 2;
+  const std::int32_t rest = lead + 4 * pieces;          // scores after the last one
+  if (lane < lead) cp_async4(smem_u32(stage + off + lane), src + lane);
+  for (std::int32_t j = lane; j < pieces; j += 32) cp_async16(smem_u32(stage + off + lead + 4 * j), src + lead + 4 * j);
+  if (rest + lane < count) cp_async4(smem_u32(stage + off + rest + lane), src + rest + lane);
+  const float nan = __int_as_float(0x7FFFFFFF);
+  if (lane < off) stage[lane] = nan;
+  if (lane < ((off + count + 3) & ~3) - (off + count)) stage[off + count + lane] = nan;
+  return off;
+}
+
+// The filter over a staged row, on the scores themselves (no order keys):
+// lane l takes a contiguous run of the row's 16-byte pieces (an odd number of
+// them, so that a quarter warp's loads meet distinct banks). Its maximum
+// stands for the run (fmaxf takes NaN as the lowest), the pick-th largest of
+// the 32 is the bound, and the candidates that compare >= the bound as floats
+// (NaN never does) are counted per lane, placed by a scan over the lanes and
+// written in ascending order: the candidates and order of gather_above_bound.
+struct StagedRow {
+  const float* stage = nullptr;  // 16-byte aligned; candidate i at stage[i + off], NaN around
+  std::int32_t off = 0, count = 0;
+
+  __device__ __forceinline__ std::uint32_t key(std::int32_t i) const { return order_key(stage[i + off]); }
+  __device__ __forceinline__ float4 piece(std::int32_t j) const { return reinterpret_cast<const float4*>(stage)[j]; }
+  // Lane l's pieces: [l * run, min((l + 1) * run, pieces)).
+  __device__ __forceinline__ std::int32_t pieces() const { return (count + off + 3) >> 2; }
+  __device__ __forceinline__ std::int32_t run() const { return ((pieces() + 31) >> 5) | 1; }
+
+  // The pick-th largest of the lanes' maxima, as an order key.
+  __device__ __forceinline__ std::uint32_t bound(std::int32_t pick, int lane) const {
+    float most = __int_as_float(0x7FFFFFFF);
+    const std::int32_t first = lane * run(), end = min(first + run(), pieces());
+    for (std::int32_t j = first; j < end; ++j) {
+      const float4 v = piece(j);
+      most = fmaxf(fmaxf(most, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
+    }
+    return warp::warp_kth_largest(order_key(most), pick, lane);
+  }
+
+  // The candidates whose key reaches `bound` (> 0, a number's key), in
+  // ascending order into hist as gather_above_bound does, unless there are more
+  // than kMaxGathered; returns how many there are.
+  __device__ __forceinline__ std::int32_t gather(std::uint32_t bound, std::uint32_t* hist, int lane) const {
+    // The float whose key is bound: x >= it exactly when key(x) >= bound (-0 and +0 alike).
+    const float least = __uint_as_float((bound & 0x80000000u) ? (bound & 0x7FFFFFFFu) : ~bound);
+    const std::int32_t first = lane * run(), end = min(first + run(), pieces());
+    std::int32_t mine = 0;
+    for (std::int32_t j = first; j < end; ++j) {
+      const float4 v = piece(j);
+      mine += (v.x >= least ? 1 : 0) + (v.y >= least ? 1 : 0) + (v.z >= least ? 1 : 0) + (v.w >= least ? 1 : 0);
+    }
+    std::int32_t upto = mine;  // inclusive scan over the lanes
+#pragma unroll
+    for (int m = 1; m < 32; m <<= 1) {
+      const std::int32_t v = __shfl_up_sync(0xffffffffu, upto, m);
+      if (lane >= m) upto += v;
+    }
+    const std::int32_t total = __shfl_sync(0xffffffffu, upto, 31);
+    if (total > kMaxGathered) return total;
+    std::int32_t at = upto - mine;
+    for (std::int32_t j = first; mine > 0 && j < end; ++j) {
+      const float4 v = piece(j);
+      const float f[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (f[e] >= least) {
+          hist[at] = order_key(f[e]);
+          hist[kMaxGathered + at] = static_cast<std::uint32_t>(4 * j + e - off);
+          ++at;
+          --mine;
+        }
+      }
     }
     __syncwarp();
-    select_between([keys](std::int32_t i) { return keys[i]; }, most, head, r.tail, r.pick, hist_all[warp], r.out,
-                   lane);
-  } else {
-    const auto key_at = [s, head](std::int32_t i) { return order_key(s[head + i]); };
-    select_between(key_at, lane_max(key_at, count, lane), head, r.tail, r.pick, hist_all[warp], r.out, lane);
+    return total;
   }
+};
+
+// One warp per row: a persistent grid, warp w taking rows w, w + warps, ....
+// The next row's scores are copied into the warp's stage as soon as the
+// current row's candidates are gathered, so that the copy flies while the
+// threshold is ranked and the winners taken. Each lane finds the last block
+// of one of the warp's next 32 rows at a time, so that the positions' round
+// trips come once per 32 rows.
+__global__ void __launch_bounds__(kStreamWarps * 32, 1) select_kernel(const SelectParams p) {
+  extern __shared__ __align__(16) std::uint32_t smem_all[];  // per warp: [kBins] histogram, [p.stage] stage
+  const int warps = int(blockDim.x >> 5);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  std::uint32_t* hist = smem_all + std::int64_t(warp) * (kBins + p.stage);
+  float* stage = reinterpret_cast<float*>(hist + kBins);
+  const std::int64_t stride = std::int64_t(gridDim.x) * warps;
+  std::int64_t row = std::int64_t(blockIdx.x) * warps + warp;
+  if (row >= p.num_rows) return;  // whole warp; no block-wide barrier below
+
+  std::int32_t lasts = -1;  // lane j: the last block of the batch's row j
+  std::int32_t batch = 0;   // rows of the warp taken before the current batch of 32
+  std::int32_t taken = 0;   // rows of the warp taken
+  // A row fits the stage with the 3 scores its first piece may hold before it.
+  auto staged = [&](const Row& r) { return r.tail - r.head + 3 <= p.stage; };
+  // Row `at`'s selection problem, its copy issued where it is staged.
+  Row next;
+  bool next_picks = false;
+  std::int32_t next_off = 0;
+  auto prepare = [&](std::int64_t at) {
+    next_picks = false;
+    if (at < p.num_rows) {
+      if (taken == batch + 32 || taken == 0) {
+        batch = taken;
+        const std::int64_t mine = at + std::int64_t(lane) * stride;
+        lasts = mine < p.num_rows ? row_last(p, mine) : -1;
+      }
+      const std::int32_t last = __shfl_sync(0xffffffffu, lasts, taken - batch);
+      ++taken;
+      next_picks = prepare_row(p, at, last, lane, 32, next);
+      if (next_picks && staged(next)) next_off = stage_row(next, stage, lane);
+    }
+    cp_async_commit();
+  };
+
+  prepare(row);
+  for (; row < p.num_rows; row += stride) {
+    const Row cur = next;
+    const bool cur_picks = next_picks;
+    cp_async_wait<0>();
+    __syncwarp();
+    bool issued = false;
+    if (cur_picks) {
+      if (staged(cur)) {
+        const StagedRow sr{stage, next_off, cur.tail - cur.head};
+        const std::uint32_t bound = cur.pick <= 32 ? sr.bound(cur.pick, lane) : 0u;
+        const std::int32_t gathered = bound > 0 ? sr.gather(bound, hist, lane) : kMaxGathered + 1;
+        if (gathered <= kMaxGathered) {
+          prepare(row + stride);  // the stage is read: the next row's copy flies from here
+          issued = true;
+          take_ranked(hist, gathered, cur.head, cur.pick, cur.out, lane);
+        } else {
+          select_by_radix([&sr](std::int32_t i) { return sr.key(i); }, cur.head, cur.tail, cur.pick, hist, cur.out,
+                          lane);
+        }
+      } else {
+        const float* s = cur.scores;
+        const std::int32_t head = cur.head, count = cur.tail - cur.head;
+        const auto key_at = [s, head](std::int32_t i) { return order_key(s[head + i]); };
+        select_between(key_at, lane_max(key_at, count, lane), head, cur.tail, cur.pick, hist, cur.out, lane);
+      }
+    }
+    __syncwarp();  // the stage and the histogram are read before they are written again
+    if (!issued) prepare(row + stride);
+  }
+  cp_async_wait<0>();
 }
 
 // The block's winners among candidates [head, tail) in ascending order, the
@@ -218,7 +381,7 @@ __global__ void __launch_bounds__(kWarps * 32) select_block_kernel(const SelectP
   const std::int64_t row = blockIdx.x;
   Row r;
   // Every thread of the block takes the same branch (the row is the block's).
-  if (!prepare_row(p, row, int(threadIdx.x), int(blockDim.x), r)) return;
+  if (!prepare_row(p, row, row_last(p, row), int(threadIdx.x), int(blockDim.x), r)) return;
   const std::int32_t count = r.tail - r.head;
   const float* s = r.scores;
   const std::int32_t head = r.head;
@@ -275,14 +438,23 @@ void launch_select(const StepView& step, const float* scores, float* fill, std::
     MSA_CUDA_CHECK_LAUNCH();
     return;
   }
-  // Every row's candidates fit the stage when a warp's share of kStageBytes
-  // holds block_limit keys; fewer warps per CTA for longer rows.
-  int warps = kWarps;
-  while (warps > 1 && std::int64_t(warps) * stage * 4 > kStageBytes) --warps;
-  p.stage = stage * 4 <= kStageBytes ? static_cast<std::int32_t>(stage) : 0;
-  const std::size_t smem = std::size_t(warps) * std::size_t(p.stage) * 4;
-  const dim3 grid(static_cast<unsigned>((p.num_rows + warps - 1) / warps));
-  select_kernel<<<grid, warps * 32, smem, stream>>>(p);
+  // A persistent grid of warps, at most as many a CTA as their stages fit
+  // kStreamBytes (a stage: block_limit scores and the 3 a 16-byte piece may
+  // hold before the first, in whole pieces), and no more than spreads the
+  // rows over every SM; none staged past one warp.
+  const std::int64_t per_stage = (std::int64_t(std::max(block_limit, 1)) + 3 + 3) / 4 * 4;
+  const std::int64_t per_warp = 4 * (kBins + per_stage);
+  const int fit = static_cast<int>(std::min<std::int64_t>(kStreamWarps, kStreamBytes / per_warp));
+  p.stage = fit > 0 ? static_cast<std::int32_t>(per_stage) : 0;
+  const int sms = device_sm_count();
+  const int cta_warps = static_cast<int>(
+      std::min<std::int64_t>(fit > 0 ? fit : kStreamWarps, (p.num_rows + sms - 1) / sms));
+  const std::size_t smem = std::size_t(cta_warps) * 4 * (kBins + std::size_t(p.stage));
+  static std::atomic<std::uint64_t> raised{0};
+  attention::raise_smem_limit_once(raised, select_kernel, kStreamBytes);
+  const std::int64_t ctas = (p.num_rows + cta_warps - 1) / cta_warps;
+  const dim3 grid(static_cast<unsigned>(std::min<std::int64_t>(ctas, sms)));
+  select_kernel<<<grid, cta_warps * 32, smem, stream>>>(p);
   MSA_CUDA_CHECK_LAUNCH();
 }
 
