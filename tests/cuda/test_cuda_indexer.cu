@@ -747,10 +747,18 @@ TEST(CudaIndexer, TiedBlocksOnEveryKeyDtype) {
   }
 }
 
-// select_topk on adversarial scores (NaN, infinities, signed zeros, heavy
-// ties) against cpu::select_row, for decode / verify rows of the given
-// sequence lengths (every fifth request verifies 3 tokens) and H = 3 heads.
-void check_select_on_adversarial_scores(const std::vector<int>& seq_lens, std::mt19937_64& rng) {
+// How check_select_on_adversarial_scores draws scores. adversarial: NaN,
+// infinities, signed zeros, heavy ties and N(0, 10) mixed. runs: N(0, 1) with
+// a few runs of 1-8 neighbouring blocks scoring high and tied (10, 11 or 12),
+// so that the winners share lanes as a model indexer's do, the threshold's
+// ties among them; every seventh row -inf outside its runs.
+enum class ScorePattern { adversarial, runs };
+
+// select_topk on drawn scores against cpu::select_row, for decode / verify
+// rows of the given sequence lengths (every fifth request verifies 3 tokens)
+// and H = 3 heads.
+void check_select_on_adversarial_scores(const std::vector<int>& seq_lens, std::mt19937_64& rng,
+                                        ScorePattern pattern = ScorePattern::adversarial) {
   msa::BatchSpec spec;
   spec.decode_threshold = 1;
   const int num_req = int(seq_lens.size());
@@ -776,11 +784,25 @@ void check_select_on_adversarial_scores(const std::vector<int>& seq_lens, std::m
   std::vector<float> scores(rows * MB);
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(), kNegInf,
                             std::numeric_limits<float>::infinity(), 0.0f, -0.0f, 1.0f, -1.0f};
-  for (std::size_t i = 0; i < scores.size(); ++i) {
-    const std::uint64_t kind = rng() % 10;
-    if (kind < 3) scores[i] = specials[rng() % 7];
-    else if (kind < 6) scores[i] = float(int(rng() % 5));                       // heavy ties
-    else scores[i] = std::normal_distribution<float>(0.0f, 10.0f)(rng);
+  if (pattern == ScorePattern::adversarial) {
+    for (std::size_t i = 0; i < scores.size(); ++i) {
+      const std::uint64_t kind = rng() % 10;
+      if (kind < 3) scores[i] = specials[rng() % 7];
+      else if (kind < 6) scores[i] = float(int(rng() % 5));                     // heavy ties
+      else scores[i] = std::normal_distribution<float>(0.0f, 10.0f)(rng);
+    }
+  } else {
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    for (std::size_t row = 0; row < rows; ++row) {
+      // Every seventh row -inf but for its runs.
+      for (std::int32_t b = 0; b < MB; ++b) scores[row * MB + b] = row % 7 == 3 ? kNegInf : noise(rng);
+      for (int run = 0; run < 6; ++run) {
+        const std::int32_t length = 1 + std::int32_t(rng() % 8);
+        const std::int32_t first = std::int32_t(rng() % std::uint64_t(MB));
+        const float high = float(10 + int(rng() % 3));
+        for (std::int32_t b = first; b < std::min(MB, first + length); ++b) scores[row * MB + b] = high;
+      }
+    }
   }
   msa::test::DeviceStep step(meta);
   DeviceBuffer<float> dev_scores(scores);
@@ -827,7 +849,7 @@ TEST(CudaIndexer, SelectTopkAdversarialScores) {
 // (select.cu: up to 6 rows per SM, rows of 256 blocks or more), with a warp
 // per row beyond: steps of about 24 rows and of 5, 10, 20 and 30 rows per SM,
 // rows of up to 40K tokens, through both the lower-bound filter and the radix
-// select (topk 64, heavy ties).
+// select (topk 64, heavy ties), on adversarial scores and on runs of winners.
 TEST(CudaIndexer, SelectTopkBlockAndWarpRows) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(46);
@@ -843,23 +865,44 @@ TEST(CudaIndexer, SelectTopkBlockAndWarpRows) {
     std::vector<int> seq_lens{40000};
     for (int r = 1; r < num_req; ++r) seq_lens.push_back(1 + int(rng() % 40000));
     check_select_on_adversarial_scores(seq_lens, rng);
+    check_select_on_adversarial_scores(seq_lens, rng, ScorePattern::runs);
   }
 }
 
-// Long rows: the selection stages a row's scores in shared memory up to about
-// 25K blocks per row (fewer warps per CTA as rows grow) and reads the scores
-// in place beyond; both sides of that limit.
+// Long rows: the selection stages a row's keys in shared memory up to about
+// 10K blocks per row (fewer rows per CTA as rows grow) and reads the scores in
+// place beyond; both sides of that limit.
 TEST(CudaIndexer, SelectTopkLongRows) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(45);
   MSA_TRACE_SEED(seed);
   std::mt19937_64 rng(seed);
-  // 1M-token rows (8,193 blocks: staged, three warps per CTA) with shorter ones.
+  // 1M-token rows (8,193 blocks: staged, one row per CTA) with shorter ones.
   check_select_on_adversarial_scores({1 << 20, 3000, 1 << 20, 700000, 1, 1 << 20}, rng);
-  // 3.2M tokens (25,000 blocks): one warp per CTA, staged.
-  check_select_on_adversarial_scores({25000 * 128, 50000, 25000 * 128 - 5}, rng);
-  // 3.4M tokens (26,563 blocks): past the stage.
-  check_select_on_adversarial_scores({3400000, 50000, 3400000 - 5}, rng);
+  // 1.5M tokens (12,289 blocks): past the stage.
+  check_select_on_adversarial_scores({1536 * 1024, 50000, 1536 * 1024 - 5}, rng);
+}
+
+// Long rows of a step too many to select a block each (select.cu: the
+// persistent warps, a stage of block_limit scores a warp, fewer warps per CTA
+// as rows grow): 56,000-block rows (7.2M tokens: one warp per CTA, staged)
+// and 57,000-block rows (past the stage: the scores read where they are).
+TEST(CudaIndexer, SelectTopkLongRowsOnWarps) {
+  MSA_SKIP_WITHOUT_GPU();
+  if (msa::test::sanitizer_mode()) GTEST_SKIP() << "about 200 MB of scores a step";
+  const std::uint64_t seed = msa::test::seed_for(47);
+  MSA_TRACE_SEED(seed);
+  std::mt19937_64 rng(seed);
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  // 3 heads, every fifth request 3 tokens: 4.2 rows per request, past 6 rows per SM.
+  const int num_req = (sms * 6 + 32) * 5 / 21;
+  for (int blocks : {56000, 57000}) {
+    SCOPED_TRACE(msa::detail::concat(blocks, " blocks"));
+    std::vector<int> seq_lens{blocks * kBlockSize};
+    for (int r = 1; r < num_req; ++r) seq_lens.push_back(1 + int(rng() % (std::uint64_t(blocks) * kBlockSize)));
+    check_select_on_adversarial_scores(seq_lens, rng);
+  }
 }
 
 TEST(CudaIndexer, BadBlockTableEntryIsRecorded) {

@@ -182,8 +182,25 @@ __device__ __forceinline__ std::uint32_t lane_max(const KeyAt& key_at, std::int3
 }
 
 // The pick-th largest of the warp's 32 values v (0 < pick <= 32), in every
-// lane: a bitonic sort over the lanes (15 exchange steps), lane 0 the largest.
+// lane: 32 independent shuffles, a short dependent chain for a lone warp.
 __device__ __forceinline__ std::uint32_t warp_kth_largest(std::uint32_t v, std::int32_t pick, int lane) {
+  // Rank of each lane's value in (value descending, lane ascending) order.
+  std::int32_t rank = 0;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const std::uint32_t o = __shfl_sync(0xffffffffu, v, j);
+    rank += (o > v || (o == v && j < lane)) ? 1 : 0;
+  }
+  const std::uint32_t at = __ballot_sync(0xffffffffu, rank == pick - 1);
+  return __shfl_sync(0xffffffffu, v, __ffs(at) - 1);
+}
+
+// A bitonic sort of the warp's 32 values descending (15 dependent exchange
+// steps), lane l ending with the (l + 1)-th largest; larger / smaller pick
+// from two values, so that the same network sorts 16-bit halves apart.
+template <class Larger, class Smaller>
+__device__ __forceinline__ std::uint32_t warp_sort_descending(std::uint32_t v, int lane, const Larger& larger,
+                                                              const Smaller& smaller) {
 #pragma unroll
   for (int k = 2; k <= 32; k <<= 1) {
 #pragma unroll
@@ -192,10 +209,27 @@ __device__ __forceinline__ std::uint32_t warp_kth_largest(std::uint32_t v, std::
       // Runs of k lanes sorted descending where lane & k is clear, ascending
       // elsewhere; the last (k = 32) run is the whole warp, descending.
       const bool keep_larger = ((lane & j) == 0) == ((lane & k) == 0);
-      v = keep_larger ? max(v, o) : min(v, o);
+      v = keep_larger ? larger(v, o) : smaller(v, o);
     }
   }
-  return __shfl_sync(0xffffffffu, v, pick - 1);
+  return v;
+}
+
+// warp_kth_largest by the sort: fewer instructions, for warps that share an
+// SM's issue slots.
+__device__ __forceinline__ std::uint32_t warp_kth_largest_sorted(std::uint32_t v, std::int32_t pick, int lane) {
+  const auto larger = [](std::uint32_t a, std::uint32_t b) { return max(a, b); };
+  const auto smaller = [](std::uint32_t a, std::uint32_t b) { return min(a, b); };
+  return __shfl_sync(0xffffffffu, warp_sort_descending(v, lane, larger, smaller), pick - 1);
+}
+
+// The two 16-bit halves of the warp's values sorted descending each on its own
+// (max / min of u16 pairs, one instruction each on sm_90): lane l ends with
+// the (l + 1)-th largest high half and the (l + 1)-th largest low half.
+__device__ __forceinline__ std::uint32_t warp_sort_halves(std::uint32_t v, int lane) {
+  const auto larger = [](std::uint32_t a, std::uint32_t b) { return __vmaxu2(a, b); };
+  const auto smaller = [](std::uint32_t a, std::uint32_t b) { return __vminu2(a, b); };
+  return warp_sort_descending(v, lane, larger, smaller);
 }
 
 // Gathers, in ascending index order, the candidates whose key reaches the

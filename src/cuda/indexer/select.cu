@@ -15,9 +15,9 @@
 // round trip to L2 per 32 candidates (a 1,024-block row took ~20 us that way):
 // a persistent grid of warps, each taking rows w, w + warps, ..., copies its
 // next row's scores in by cp.async (16-byte pieces, every load in flight)
-// while it selects the current one, so that the scores stream in at the
-// memory's pace instead of a round trip per row. Rows longer than two stages
-// fit in shared memory (over 25K blocks, 3.2M tokens) read the scores where
+// while it ranks the current one's candidates, so that the scores stream in
+// instead of costing a round trip per row. Rows longer than one warp's stage
+// fits in shared memory (over 56K blocks, 7M tokens) read the scores where
 // they are.
 //
 // A step of few long rows (a decode batch at long context) would leave most
@@ -58,9 +58,9 @@ constexpr int kWarps = 8;  // per CTA of the block-per-row kernel
 // Shared memory for the staged keys of a block-per-row CTA, within the 48 KB a
 // kernel may use without opting in.
 constexpr std::int32_t kStageBytes = 40 * 1024;
-// The streamed warp-per-row kernel: at most kStreamWarps warps a CTA, one CTA
-// an SM, each warp with a histogram and a row's stage in kStreamBytes of
-// dynamic shared memory.
+// The streamed warp-per-row kernel: at most kStreamWarps warps a CTA (the
+// register file's limit at 64 registers), one CTA an SM, each warp with a
+// histogram and a row's stage in kStreamBytes of dynamic shared memory.
 constexpr int kStreamWarps = 32;
 constexpr std::int32_t kStreamBytes = 220 * 1024;
 
@@ -75,7 +75,7 @@ struct SelectParams {
   std::int32_t init_blocks = 0;
   std::int32_t local_blocks = 0;
   std::int64_t num_rows = 0;
-  std::int32_t stage = 0;         // staged keys per warp (0: none); a multiple of 4 in select_kernel
+  std::int32_t stage = 0;         // staged scores per warp (0: none); a multiple of 4 in select_kernel
 };
 
 // The winners among the `gathered` candidates of hist (gather_above_bound or
@@ -195,11 +195,17 @@ __device__ __forceinline__ std::int32_t stage_row(const Row& r, float* stage, in
 
 // The filter over a staged row, on the scores themselves (no order keys):
 // lane l takes a contiguous run of the row's 16-byte pieces (an odd number of
-// them, so that a quarter warp's loads meet distinct banks). Its maximum
-// stands for the run (fmaxf takes NaN as the lowest), the pick-th largest of
-// the 32 is the bound, and the candidates that compare >= the bound as floats
-// (NaN never does) are counted per lane, placed by a scan over the lanes and
-// written in ascending order: the candidates and order of gather_above_bound.
+// them, so that a quarter warp's loads meet distinct banks) and keeps the
+// maximum of each of the pieces' four places (fmaxf takes NaN as the lowest):
+// four distinct candidates, ordered m0 >= m1 >= m2 >= m3. If c lanes have
+// m_j >= b, at least c * (j + 1) candidates reach b, so the ceil(pick / (j +
+// 1))-th largest m_j over the lanes is a lower bound of T; the bound is the
+// highest of those for j = 0, 1, 3 (m1 and m3 to 16 bits). m0 alone is tight for scattered winners,
+// m1 and m3 for winners in runs of neighbouring blocks (a model's indexer
+// picks such runs), which share a lane. The candidates that compare >= the
+// bound as floats (NaN never does) are counted per lane, placed by a scan over
+// the lanes and written in ascending order: the candidates and order of
+// gather_above_bound.
 struct StagedRow {
   const float* stage = nullptr;  // 16-byte aligned; candidate i at stage[i + off], NaN around
   std::int32_t off = 0, count = 0;
@@ -210,23 +216,40 @@ struct StagedRow {
   __device__ __forceinline__ std::int32_t pieces() const { return (count + off + 3) >> 2; }
   __device__ __forceinline__ std::int32_t run() const { return ((pieces() + 31) >> 5) | 1; }
 
-  // The pick-th largest of the lanes' maxima, as an order key.
+  // A lower bound of T as an order key (0 where none is found).
   __device__ __forceinline__ std::uint32_t bound(std::int32_t pick, int lane) const {
-    float most = __int_as_float(0x7FFFFFFF);
+    const float nan = __int_as_float(0x7FFFFFFF);
+    float4 most = make_float4(nan, nan, nan, nan);
     const std::int32_t first = lane * run(), end = min(first + run(), pieces());
     for (std::int32_t j = first; j < end; ++j) {
       const float4 v = piece(j);
-      most = fmaxf(fmaxf(most, fmaxf(v.x, v.y)), fmaxf(v.z, v.w));
+      most.x = fmaxf(most.x, v.x), most.y = fmaxf(most.y, v.y);
+      most.z = fmaxf(most.z, v.z), most.w = fmaxf(most.w, v.w);
     }
-    return warp::warp_kth_largest(order_key(most), pick, lane);
+    std::uint32_t m[4] = {order_key(most.x), order_key(most.y), order_key(most.z), order_key(most.w)};
+    // Sorted descending by a 4-input network.
+    const auto order = [&m](int a, int b) {
+      const std::uint32_t hi = max(m[a], m[b]), lo = min(m[a], m[b]);
+      m[a] = hi, m[b] = lo;
+    };
+    order(0, 1), order(2, 3), order(0, 2), order(1, 3), order(1, 2);
+    const std::uint32_t b0 = warp::warp_kth_largest_sorted(m[0], pick, lane);
+    // m1 and m3 cut to their keys' high 16 bits (rounded down, so still
+    // bounds) and sorted together as the halves of one word.
+    const std::uint32_t halves = warp::warp_sort_halves((m[1] & 0xFFFF0000u) | (m[3] >> 16), lane);
+    const std::uint32_t b1 = __shfl_sync(0xffffffffu, halves, ((pick + 1) >> 1) - 1) & 0xFFFF0000u;
+    const std::uint32_t b3 = __shfl_sync(0xffffffffu, halves, ((pick + 3) >> 2) - 1) << 16;
+    return max(b0, max(b1, b3));
   }
 
   // The candidates whose key reaches `bound` (> 0, a number's key), in
   // ascending order into hist as gather_above_bound does, unless there are more
   // than kMaxGathered; returns how many there are.
   __device__ __forceinline__ std::int32_t gather(std::uint32_t bound, std::uint32_t* hist, int lane) const {
-    // The float whose key is bound: x >= it exactly when key(x) >= bound (-0 and +0 alike).
-    const float least = __uint_as_float((bound & 0x80000000u) ? (bound & 0x7FFFFFFFu) : ~bound);
+    // The least float whose key reaches bound: x >= it exactly when key(x) >=
+    // bound (-0 and +0 alike). A bound cut to 16 bits below -inf's key
+    // admits every number: -inf.
+    const float least = __uint_as_float((bound & 0x80000000u) ? (bound & 0x7FFFFFFFu) : min(~bound, 0xFF800000u));
     const std::int32_t first = lane * run(), end = min(first + run(), pieces());
     std::int32_t mine = 0;
     for (std::int32_t j = first; j < end; ++j) {
