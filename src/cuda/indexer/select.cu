@@ -200,12 +200,12 @@ __device__ __forceinline__ std::int32_t stage_row(const Row& r, float* stage, in
 // four distinct candidates, ordered m0 >= m1 >= m2 >= m3. If c lanes have
 // m_j >= b, at least c * (j + 1) candidates reach b, so the ceil(pick / (j +
 // 1))-th largest m_j over the lanes is a lower bound of T; the bound is the
-// highest of those for j = 0, 1, 3 (m1 and m3 to 16 bits). m0 alone is tight for scattered winners,
-// m1 and m3 for winners in runs of neighbouring blocks (a model's indexer
-// picks such runs), which share a lane. The candidates that compare >= the
-// bound as floats (NaN never does) are counted per lane, placed by a scan over
-// the lanes and written in ascending order: the candidates and order of
-// gather_above_bound.
+// highest of those for j = 0, 1, 3 (m1 and m3 to 16 bits). m0 alone is tight
+// for scattered winners, m1 and m3 for winners in runs of neighbouring blocks
+// (a model's indexer picks such runs), which share a lane. The candidates that
+// compare >= the bound as floats (NaN never does) are counted per lane, placed
+// by a scan over the lanes and written in ascending order: the candidates and
+// order of gather_above_bound.
 struct StagedRow {
   const float* stage = nullptr;  // 16-byte aligned; candidate i at stage[i + off], NaN around
   std::int32_t off = 0, count = 0;
