@@ -16,6 +16,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention_perf.cuh"
@@ -335,12 +336,16 @@ TEST(CudaAttentionRows, ForcedSplits) {
 // The public split knob (AttentionTuning::decode_splits): the plan takes it,
 // its workspace holds the split partials, the result still matches the oracle;
 // a value past kMaxSplits is refused naming the field.
+// fp8 merges its cluster splits by pushes with per-tensor scales and by pulls
+// with per-token ones (their scales take the receive area).
 TEST(CudaAttentionRows, ShapeDecodeSplits) {
   MSA_SKIP_WITHOUT_GPU();
-  for (const DType kv : {DType::bf16, DType::fp8_e4m3, DType::nvfp4}) {
-    Case c = named(std::string("shape_decode_splits_") + msa::dtype_name(kv));
+  for (const auto& [kv, token_scales] : std::vector<std::pair<DType, bool>>{
+           {DType::bf16, false}, {DType::fp8_e4m3, false}, {DType::fp8_e4m3, true}, {DType::nvfp4, false}}) {
+    Case c = named(std::string("shape_decode_splits_") + msa::dtype_name(kv) + (token_scales ? "_token_scales" : ""));
     c.seed = 9191;
     c.kv = kv;
+    if (token_scales) c.scales = ScaleMode::per_token_head;
     c.q_heads = 16, c.kv_heads = 1;
     c.requests = decodes({0, 129, 900, 3000, 5000});
     MSA_TRACE_SEED(c.seed);

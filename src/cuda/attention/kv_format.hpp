@@ -39,7 +39,7 @@ struct KvFormat {
   int plane_bytes;       // one staged K (or V) block as stored, in shared memory
   int row_ctas_per_sm;   // row (decode) kernel: fp8 / nvfp4 read raw stages, no widened tile
   RowDims row_dims;      // the row kernel's output dims
-  bool row_push_merge;   // row kernel merges cluster splits by pushes (raw fp8 has no room)
+  bool row_push_merge;   // row kernel's push area in [extra] (raw fp8: over its scales, RowLayout)
   int tile_producer_regs;  // wgmma token tiles: setmaxnreg of the producer warpgroup
   int tile_consumer_regs;  // ... and of each consumer warpgroup
 };

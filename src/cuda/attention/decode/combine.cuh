@@ -126,8 +126,8 @@ __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork
 }
 
 // The same merge inside a thread-block cluster whose CTAs are the row's
-// splits (cluster rank = split), by pulls: the raw fp8 kinds' form (the others
-// push, decode/push.cuh). Each CTA left its normalised fp32 output and
+// splits (cluster rank = split), by pulls: the raw fp8 kinds' form with
+// per-token scales (every other step pushes, decode/push.cuh). Each CTA left its normalised fp32 output and
 // lse in its own shared memory, and CTA k merges the (head, 8-dim chunk) items
 // i with i % splits == k, reading every split's values through distributed
 // shared memory. All of an item's remote loads are issued before any is used

@@ -3,8 +3,9 @@
 // 8-dim chunk) into the final output and lse (one split), or into this
 // split's normalised fp32 partial and lse: pushed into the shared memory of
 // the split that owns the item when the row's splits are a thread-block
-// cluster (decode/push.cuh; raw fp8 kinds, short of shared memory, leave it
-// in their own for the cluster to read, decode/combine.cuh), otherwise in the
+// cluster (decode/push.cuh; raw fp8 kinds with per-token scales, whose
+// receive area those scales take, leave it in their own for the cluster to
+// read, decode/combine.cuh), otherwise in the
 // workspace, where the last split of the row to finish merges all of them. A
 // row with no visible key writes 0 and lse -inf.
 #pragma once
@@ -127,8 +128,8 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * p.group;
   const int chunks = p.group * 16;  // (row, 8-dim chunk) items
   const bool cluster = cluster_merged(p, w);
-  const bool push = kv_format(kKind).row_push_merge && cluster;  // else a cluster pulls (raw fp8)
-  const std::uint32_t push_area = smem_u32(smem + L::kExtra);
+  const bool push = row_pushes<kKind>(p, w);  // else a cluster pulls (raw fp8 with per-token scales)
+  const std::uint32_t push_area = smem_u32(smem + L::kPush);
 
   // A split's partial: [16][128] and [16] in shared memory after the warp
   // outputs (cluster), or its slot of the workspace.
@@ -181,7 +182,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
     });
   }
   if (push) {
-    push_merge(p, w, smem + L::kExtra, tid);
+    push_merge(p, w, smem + L::kPush, tid);
     return;
   }
   if (cluster) {

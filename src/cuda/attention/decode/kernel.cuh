@@ -45,8 +45,7 @@ __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
   // The query loads go out first: their round trip overlaps the scan's two.
   RowQuery<kKind> query;
   query.load(p, w, tid);
-  if (kv_format(kKind).row_push_merge && cluster_merged(p, w))
-    push_init(smem_u32(smem + L::kExtra), p.group, w.split, w.splits, tid);
+  if (row_pushes<kKind>(p, w)) push_init(smem_u32(smem + L::kPush), p.group, w.split, w.splits, tid);
   if (warp == 0) {
     const int n = scan_row(p, w, lane, s_ids, s_pages, s_blocks);
     if (lane == 0) {
@@ -147,6 +146,15 @@ int row_cluster_capacity(int size) {
   return cluster_capacity<kKind, kF16>(device, size);
 }
 
+// Shared memory of a launch: the raw fp8 kinds' push area runs past their
+// layout (RowLayout), needed only by a cluster launch without per-token scales
+// (row_pushes); the others leave it out, for the L1 cache.
+template <KvKind kKind>
+std::size_t row_smem_bytes(const AttendParams& p) {
+  const bool pushes = p.cluster_splits > 1 && p.cache.k_scales == nullptr;
+  return std::size_t(RowLayout<kKind>::kBytes - (pushes ? 0 : RowLayout<kKind>::kPushTail));
+}
+
 // Launches the kernel over `ctas` CTAs (row-kernel CTAs p.cta_offset onwards,
 // see row_of_cta), in clusters of p.cluster_splits when that is > 1 (the
 // schedule asks for clusters only when all of them fit on the device at once;
@@ -157,14 +165,14 @@ void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream
   if (p.cluster_splits > 1) {
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config =
-        cluster_launch_config(static_cast<unsigned>(ctas), kThreads, RowLayout<kKind>::kBytes,
+        cluster_launch_config(static_cast<unsigned>(ctas), kThreads, row_smem_bytes<kKind>(p),
                               static_cast<unsigned>(p.cluster_splits), stream, cluster);
     MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<kKind, kF16>, p));
   } else {
     AttendParams q = p;
     q.cluster_splits = 0;
-    attend_kernel<kKind, kF16><<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads),
-                                 RowLayout<kKind>::kBytes, stream>>>(q);
+    attend_kernel<kKind, kF16><<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads), row_smem_bytes<kKind>(q),
+                                 stream>>>(q);
   }
   MSA_CUDA_CHECK_LAUNCH();
 }

@@ -26,10 +26,19 @@
 namespace msa::cuda::attention {
 
 // Whether the row's splits merge inside a thread-block cluster (by pushes,
-// or for the raw fp8 kinds by pulls, decode/combine.cuh): more than one
-// split, launched as a cluster.
+// or for the raw fp8 kinds with per-token scales by pulls, decode/combine.cuh):
+// more than one split, launched as a cluster.
 __device__ __forceinline__ bool cluster_merged(const AttendParams& p, const RowWork& w) {
   return w.splits > 1 && p.cluster_splits > 1;
+}
+
+// Whether the row's splits merge by pushes: a cluster, on a format with a
+// receive area; the raw fp8 kinds' overlays the per-token scales
+// (RowLayout), so those push only without them, and pull otherwise.
+template <KvKind kKind>
+__device__ __forceinline__ bool row_pushes(const AttendParams& p, const RowWork& w) {
+  return cluster_merged(p, w) &&
+         (kv_format(kKind).row_push_merge || (kv_format(kKind).fp8 && p.cache.k_scales == nullptr));
 }
 
 // Items (of `chunks`) that split `split` of `splits` owns.

@@ -35,8 +35,11 @@ __device__ __forceinline__ std::uint32_t tile_offset(int r, int c) {
 
 // kStages: K/V blocks in flight; kQRows: query rows; kExtraBytes: [extra];
 // kWidenedT: converted kinds widen into a tile (else the raw stages are read
-// directly: the row kernel's fp8 path, fp8_fragments.hpp).
-template <KvKind kKind, int kStagesT = 3, int kQRows = kRows, int kExtraBytes = 0, bool kWidenedT = true>
+// directly: the row kernel's fp8 path, fp8_fragments.hpp); kTailBytes: bytes
+// after the layout's end (the raw fp8 row kernel's push area, which overlays
+// its per-token scales and runs on past them).
+template <KvKind kKind, int kStagesT = 3, int kQRows = kRows, int kExtraBytes = 0, bool kWidenedT = true,
+          int kTailBytes = 0>
 struct SmemLayout {
   static constexpr KvFormat kFormat = kv_format(kKind);
   static constexpr bool kConverted = kFormat.converted;
@@ -61,9 +64,10 @@ struct SmemLayout {
   static constexpr int kAfterTile = kWidened ? kTile + 2 * kTileBytes : kRaw + kStages * kRawBytes;
   static constexpr int kRawScales = kAfterTile;                    // fp8: float [kStages][2][128]
   static constexpr int kLut = kAfterTile;                          // nvfp4: uint32 [256]
-  static constexpr int kBytes = kFormat.fp4 ? kLut + 256 * 4
-                                : kConverted           ? kRawScales + kStages * 2 * kBlockKeys * 4
-                                                       : kAfterTile;
+  static constexpr int kBytes = (kFormat.fp4 ? kLut + 256 * 4
+                                 : kConverted ? kRawScales + kStages * 2 * kBlockKeys * 4
+                                              : kAfterTile) +
+                                kTailBytes;
   static constexpr int kMergeBytes = 4 * kRows * kMergeStride * 4;
   // The row kernel's epilogue keeps its four warps' outputs in the stage area,
   // then a cluster split's [16][128] partial and [16] lse.
@@ -87,14 +91,26 @@ struct PushArea {
   // a chunk c < splits for each owner, which sends it the row's lse.
   static_assert(kMaxClusterSplits <= 16, "push merge: one lse sender per (row, owner)");
 };
-// The row kernel's layout: the push merge's receive area where the format has
-// room for it (raw fp8 rows pull the partials, decode/combine.cuh); fp8 and
-// nvfp4 read their raw stages with ldmatrix and convert in registers
-// (fp8_fragments.hpp, fp4_fragments.hpp): no widened tile, so two CTAs fit on
-// an SM (KvFormat::row_ctas_per_sm).
+// The row kernel's layout: the push merge's receive area (kPush) in [extra]
+// where the format has room for it; fp8 and nvfp4 read their raw stages with
+// ldmatrix and convert in registers (fp8_fragments.hpp, fp4_fragments.hpp):
+// no widened tile, so two CTAs fit on an SM (KvFormat::row_ctas_per_sm). Two
+// raw fp8 CTAs have no room for a receive area of their own: theirs starts at
+// the per-token scales of the raw stages and runs past the layout's end, so
+// that only steps without per-token scales push (row_pushes); the others pull
+// the partials (decode/combine.cuh). A launch that does not push leaves the
+// tail out of its shared memory (row_smem_bytes).
+inline constexpr int kFp8PushTail = PushArea::kBytes - 3 * 2 * kBlockKeys * 4;
 template <KvKind kKind>
-using RowLayout = SmemLayout<kKind, 3, kRows, kv_format(kKind).row_push_merge ? PushArea::kBytes : 0,
-                             !kv_format(kKind).converted>;
+struct RowLayout : SmemLayout<kKind, 3, kRows, kv_format(kKind).row_push_merge ? PushArea::kBytes : 0,
+                              !kv_format(kKind).converted, kv_format(kKind).fp8 ? kFp8PushTail : 0> {
+  using Base = SmemLayout<kKind, 3, kRows, kv_format(kKind).row_push_merge ? PushArea::kBytes : 0,
+                          !kv_format(kKind).converted, kv_format(kKind).fp8 ? kFp8PushTail : 0>;
+  static constexpr int kPush = kv_format(kKind).fp8 ? Base::kRawScales : Base::kExtra;
+  static constexpr int kPushTail = kv_format(kKind).fp8 ? kFp8PushTail : 0;  // bytes only a pushing launch needs
+  static_assert(!kv_format(kKind).fp8 || (Base::kStages == 3 && kPush + PushArea::kBytes == Base::kBytes),
+                "the raw fp8 push area ends with the layout");
+};
 static_assert(kv_format(KvKind::nvfp4).row_ctas_per_sm * (RowLayout<KvKind::nvfp4>::kBytes + 1024) <= 228 * 1024 &&
                   kv_format(KvKind::e4m3).row_ctas_per_sm * (RowLayout<KvKind::e4m3>::kBytes + 1024) <= 228 * 1024,
               "the row kernel's CTAs per SM must fit its shared memory");
