@@ -77,8 +77,9 @@ __device__ __forceinline__ float merged_lse(float2 max_sum) {
 
 // Call after the mainloop's last __syncthreads (the stage area is free).
 // kDims: which dims st.o's n-tiles hold (natural; the raw fp8 path's
-// fp8f::out_dim; the raw nvfp4 path's fp4f::out_dim).
-template <KvKind kKind, RowDims kDims = RowDims::natural>
+// fp8f::out_dim; the raw nvfp4 path's fp4f::out_dim); kPushes: the kernel
+// instance may merge its cluster splits by pushes (row_pushes).
+template <KvKind kKind, RowDims kDims = RowDims::natural, bool kPushes = kv_format(kKind).row_push_merge>
 __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& w, WarpState& st,
                                           unsigned char* smem, int tid) {
   using L = RowLayout<kKind>;
@@ -128,7 +129,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * p.group;
   const int chunks = p.group * 16;  // (row, 8-dim chunk) items
   const bool cluster = cluster_merged(p, w);
-  const bool push = row_pushes<kKind>(p, w);  // else a cluster pulls (raw fp8 with per-token scales)
+  const bool push = row_pushes<kKind, kPushes>(p, w);  // else a cluster pulls (raw fp8 with per-token scales)
   const std::uint32_t push_area = smem_u32(smem + L::kPush);
 
   // A split's partial: [16][128] and [16] in shared memory after the warp

@@ -28,7 +28,9 @@
 
 namespace msa::cuda::attention {
 
-template <KvKind kKind, bool kF16>
+// kPushes: the instance may merge cluster splits by pushes (decode/push.cuh);
+// fp8 has one that does and one that does not (launch_attend).
+template <KvKind kKind, bool kF16, bool kPushes = kv_format(kKind).row_push_merge>
 __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     attend_kernel(const __grid_constant__ AttendParams p) {
   using L = RowLayout<kKind>;
@@ -45,7 +47,7 @@ __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
   // The query loads go out first: their round trip overlaps the scan's two.
   RowQuery<kKind> query;
   query.load(p, w, tid);
-  if (row_pushes<kKind>(p, w)) push_init(smem_u32(smem + L::kPush), p.group, w.split, w.splits, tid);
+  if (row_pushes<kKind, kPushes>(p, w)) push_init(smem_u32(smem + L::kPush), p.group, w.split, w.splits, tid);
   if (warp == 0) {
     const int n = scan_row(p, w, lane, s_ids, s_pages, s_blocks);
     if (lane == 0) {
@@ -100,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     cp_async_commit();
   }
   cp_async_wait<0>();
-  write_row<kKind, kv_format(kKind).row_dims>(p, w, st, smem, tid);
+  write_row<kKind, kv_format(kKind).row_dims, kPushes>(p, w, st, smem, tid);
 }
 
 // Clusters of `size` row-kernel CTAs that fit on device `device` at once
@@ -111,22 +113,36 @@ int& cluster_capacity(int device, int size) {
   return capacity[device][size];
 }
 
+// Whether a launch's cluster splits push: a cluster launch without per-token
+// scales (the raw fp8 kinds' receive area lies over them, RowLayout).
+inline bool launch_pushes(const AttendParams& p) { return p.cluster_splits > 1 && p.cache.k_scales == nullptr; }
+
+// The kernel instance of a launch: fp8 pushes in one instance and not in the
+// other, so that its launches without pushes keep the code they had before.
+template <KvKind kKind, bool kF16>
+void (*row_kernel(bool pushes))(AttendParams) {
+  if constexpr (kv_format(kKind).fp8) return pushes ? attend_kernel<kKind, kF16, true> : attend_kernel<kKind, kF16, false>;
+  else return attend_kernel<kKind, kF16>;
+}
+
 // Raises the kernel's dynamic shared-memory limit and measures its cluster
-// capacities, once per device (called by the plan, outside any graph capture,
+// capacities (those of the pushing instance, whose shared memory is the
+// larger), once per device (called by the plan, outside any graph capture,
 // and again harmlessly by the launch).
 template <KvKind kKind, bool kF16>
 void prepare_attend() {
   static std::atomic<std::uint64_t> done{0};
   once_per_device(done, [](int device) {
-    MSA_CUDA_CHECK(cudaFuncSetAttribute(attend_kernel<kKind, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        RowLayout<kKind>::kBytes));
+    for (const bool pushes : {false, true})
+      MSA_CUDA_CHECK(cudaFuncSetAttribute(row_kernel<kKind, kF16>(pushes), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          RowLayout<kKind>::kBytes));
     if (device >= 64) return;  // no cluster merge (capacity unknown)
     for (int size = 2; size <= kMaxClusterSplits; ++size) {
       cudaLaunchAttribute cluster;
       const cudaLaunchConfig_t config = cluster_launch_config(
           static_cast<unsigned>(size), kThreads, RowLayout<kKind>::kBytes, static_cast<unsigned>(size), nullptr, cluster);
       int clusters = 0;
-      if (cudaOccupancyMaxActiveClusters(&clusters, attend_kernel<kKind, kF16>, &config) != cudaSuccess) {
+      if (cudaOccupancyMaxActiveClusters(&clusters, row_kernel<kKind, kF16>(true), &config) != cudaSuccess) {
         (void)cudaGetLastError();  // cluster launches unavailable: merge through the workspace
         clusters = 0;
       }
@@ -151,8 +167,7 @@ int row_cluster_capacity(int size) {
 // (row_pushes); the others leave it out, for the L1 cache.
 template <KvKind kKind>
 std::size_t row_smem_bytes(const AttendParams& p) {
-  const bool pushes = p.cluster_splits > 1 && p.cache.k_scales == nullptr;
-  return std::size_t(RowLayout<kKind>::kBytes - (pushes ? 0 : RowLayout<kKind>::kPushTail));
+  return std::size_t(RowLayout<kKind>::kBytes - (launch_pushes(p) ? 0 : RowLayout<kKind>::kPushTail));
 }
 
 // Launches the kernel over `ctas` CTAs (row-kernel CTAs p.cta_offset onwards,
@@ -167,12 +182,12 @@ void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream
     const cudaLaunchConfig_t config =
         cluster_launch_config(static_cast<unsigned>(ctas), kThreads, row_smem_bytes<kKind>(p),
                               static_cast<unsigned>(p.cluster_splits), stream, cluster);
-    MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, attend_kernel<kKind, kF16>, p));
+    MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, row_kernel<kKind, kF16>(launch_pushes(p)), p));
   } else {
     AttendParams q = p;
     q.cluster_splits = 0;
-    attend_kernel<kKind, kF16><<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads), row_smem_bytes<kKind>(q),
-                                 stream>>>(q);
+    row_kernel<kKind, kF16>(false)<<<dim3(static_cast<unsigned>(ctas)), dim3(kThreads), row_smem_bytes<kKind>(q),
+                                     stream>>>(q);
   }
   MSA_CUDA_CHECK_LAUNCH();
 }

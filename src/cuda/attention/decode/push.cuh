@@ -32,13 +32,13 @@ __device__ __forceinline__ bool cluster_merged(const AttendParams& p, const RowW
   return w.splits > 1 && p.cluster_splits > 1;
 }
 
-// Whether the row's splits merge by pushes: a cluster, on a format with a
-// receive area; the raw fp8 kinds' overlays the per-token scales
-// (RowLayout), so those push only without them, and pull otherwise.
-template <KvKind kKind>
+// Whether the row's splits merge by pushes: a cluster, in a kernel instance
+// that pushes (kPushes), on a format with a receive area; the raw fp8 kinds'
+// overlays the per-token scales (RowLayout), so those push only without
+// them, in an instance of their own (launch_attend), and pull otherwise.
+template <KvKind kKind, bool kPushes>
 __device__ __forceinline__ bool row_pushes(const AttendParams& p, const RowWork& w) {
-  return cluster_merged(p, w) &&
-         (kv_format(kKind).row_push_merge || (kv_format(kKind).fp8 && p.cache.k_scales == nullptr));
+  return kPushes && cluster_merged(p, w) && (kv_format(kKind).row_push_merge || p.cache.k_scales == nullptr);
 }
 
 // Items (of `chunks`) that split `split` of `splits` owns.
