@@ -127,13 +127,13 @@ __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork
 
 // The same merge inside a thread-block cluster whose CTAs are the row's
 // splits (cluster rank = split), by pulls: the raw fp8 kinds' form with
-// per-token scales (every other step pushes, decode/push.cuh). Each CTA left its normalised fp32 output and
-// lse in its own shared memory, and CTA k merges the (head, 8-dim chunk) items
-// i with i % splits == k, reading every split's values through distributed
-// shared memory. All of an item's remote loads are issued before any is used
-// (one round trip, not one per split). Two cluster barriers: partials complete
-// before any read, no CTA exits (freeing its shared memory) before every read
-// is done.
+// per-token scales (every other step pushes, decode/push.cuh). Each CTA left
+// its normalised fp32 output and lse in its own shared memory, and CTA k
+// merges the (head, 8-dim chunk) items i with i % splits == k, reading every
+// split's values through distributed shared memory. All of an item's remote
+// loads are issued before any is used (one round trip, not one per split). Two
+// cluster barriers: partials complete before any read, no CTA exits (freeing
+// its shared memory) before every read is done.
 //   part:     this CTA's shared [16 heads][128] fp32 partial output
 //   part_lse: this CTA's shared [16] lse (natural log)
 __device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const RowWork& w,

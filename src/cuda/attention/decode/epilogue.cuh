@@ -5,9 +5,9 @@
 // the split that owns the item when the row's splits are a thread-block
 // cluster (decode/push.cuh; raw fp8 kinds with per-token scales, whose
 // receive area those scales take, leave it in their own for the cluster to
-// read, decode/combine.cuh), otherwise in the
-// workspace, where the last split of the row to finish merges all of them. A
-// row with no visible key writes 0 and lse -inf.
+// read, decode/combine.cuh), otherwise in the workspace, where the last split
+// of the row to finish merges all of them. A row with no visible key writes 0
+// and lse -inf.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -121,8 +121,10 @@ inline bool launch_pushes(const AttendParams& p) { return p.cluster_splits > 1 &
 // other, so that its launches without pushes keep the code they had before.
 template <KvKind kKind, bool kF16>
 void (*row_kernel(bool pushes))(AttendParams) {
-  if constexpr (kv_format(kKind).fp8) return pushes ? attend_kernel<kKind, kF16, true> : attend_kernel<kKind, kF16, false>;
-  else return attend_kernel<kKind, kF16>;
+  if constexpr (kv_format(kKind).fp8)
+    return pushes ? attend_kernel<kKind, kF16, true> : attend_kernel<kKind, kF16, false>;
+  else
+    return attend_kernel<kKind, kF16>;
 }
 
 // Raises the kernel's dynamic shared-memory limit and measures its cluster
