@@ -100,14 +100,16 @@ struct PushArea {
 // that only steps without per-token scales push (row_pushes); the others pull
 // the partials (decode/combine.cuh). A launch that does not push leaves the
 // tail out of its shared memory (row_smem_bytes).
-inline constexpr int kFp8PushTail = PushArea::kBytes - 3 * 2 * kBlockKeys * 4;
 template <KvKind kKind>
-struct RowLayout : SmemLayout<kKind, 3, kRows, kv_format(kKind).row_push_merge ? PushArea::kBytes : 0,
-                              !kv_format(kKind).converted, kv_format(kKind).fp8 ? kFp8PushTail : 0> {
-  using Base = SmemLayout<kKind, 3, kRows, kv_format(kKind).row_push_merge ? PushArea::kBytes : 0,
-                          !kv_format(kKind).converted, kv_format(kKind).fp8 ? kFp8PushTail : 0>;
+inline constexpr int kRowPushTail = kv_format(kKind).fp8 ? PushArea::kBytes - 3 * 2 * kBlockKeys * 4 : 0;
+template <KvKind kKind>
+using RowLayoutBase = SmemLayout<kKind, 3, kRows, kv_format(kKind).row_push_merge ? PushArea::kBytes : 0,
+                                 !kv_format(kKind).converted, kRowPushTail<kKind>>;
+template <KvKind kKind>
+struct RowLayout : RowLayoutBase<kKind> {
+  using Base = RowLayoutBase<kKind>;
   static constexpr int kPush = kv_format(kKind).fp8 ? Base::kRawScales : Base::kExtra;
-  static constexpr int kPushTail = kv_format(kKind).fp8 ? kFp8PushTail : 0;  // bytes only a pushing launch needs
+  static constexpr int kPushTail = kRowPushTail<kKind>;  // bytes only a pushing launch needs
   static_assert(!kv_format(kKind).fp8 || (Base::kStages == 3 && kPush + PushArea::kBytes == Base::kBytes),
                 "the raw fp8 push area ends with the layout");
 };
