@@ -4,10 +4,10 @@
 // for byte: q and index q (and, for 16-bit outputs, the largest distance in
 // ulps, which the target allows up to 1), the whole KV cache (V rows
 // included, per-token scales too) and the index cache, and nothing past the
-// caches is written. Every KV dtype, layout, scale mode and page stride,
-// both qkv dtypes, every output, weight and table dtype, odd token counts,
-// skipped slots, unaligned rows; bad slots and positions are skipped and
-// recorded; the call replays from a CUDA graph.
+// caches is written, for each of the two kernels. Every KV dtype, layout,
+// scale mode and page stride, both qkv dtypes, every output, weight and table
+// dtype, odd token counts, skipped slots, unaligned rows; bad slots and
+// positions are skipped and recorded; the call replays from a CUDA graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/pre_attention/kernel_choice.hpp"
 #include "gpu_test_util.hpp"
 #include "msa/cache.hpp"
 #include "msa/cpu.hpp"
@@ -33,6 +34,7 @@ using msa::ScaleMode;
 using msa::test::DeviceBuffer;
 using Case = msa::test::PreAttentionCase;
 using Inputs = msa::test::PreAttentionInputs;
+using Kernel = msa::cuda::pre_detail::Kernel;
 
 
 // The device copy of a call's buffers, and the views and arguments over it.
@@ -65,8 +67,8 @@ struct DeviceCall {
     args.slots = slots.data();
     args.index_slots = in.c.own_index_slots ? index_slots.data() : nullptr;
   }
-  void run(const msa::cuda::DeviceCheck& check) {
-    msa::cuda::pre_attention(view, index_view, args, nullptr, check);
+  void run(const msa::cuda::DeviceCheck& check, Kernel kernel = Kernel::automatic) {
+    msa::cuda::pre_detail::pre_attention_with(kernel, view, index_view, args, nullptr, check);
     msa::test::device_sync();
   }
 };
@@ -116,20 +118,12 @@ void expect_output(const char* what, DType dtype, const std::vector<std::uint8_t
                          << " ulp) where the kernel should be bit-identical";
 }
 
-// Runs the case on both engines and compares everything; `expect_recorded`
-// is what the DeviceCheck should say ("" for nothing).
-void run_case(const Case& c, const std::string& expect_recorded = "", Inputs* prepared = nullptr) {
-  SCOPED_TRACE(c.name());
-  Inputs in = prepared ? *prepared : msa::test::make_pre_attention_inputs(c);
-  Inputs cpu = in;
-  msa::cpu::Options opt;
-  opt.check = expect_recorded.empty();  // bad entries: the CPU engine skips them unchecked
-  msa::cpu::pre_attention(cpu.view(cpu.cache.data(), cpu.k_scales.data(), cpu.v_scales.data()),
-                          cpu.index_view(cpu.index_cache.data()), cpu.args(), opt);
-
+// One GPU kernel's outputs for the case against the CPU engine's (`cpu`).
+void compare_kernel(const Case& c, const std::string& expect_recorded, Inputs& in, const Inputs& cpu,
+                    Kernel kernel) {
   DeviceCall dev(in);
   msa::test::CheckBuffer check;
-  dev.run(check.get());
+  dev.run(check.get(), kernel);
   EXPECT_EQ(check.message(), expect_recorded);
 
   expect_output("q", c.q, dev.q.download(), cpu.q);
@@ -143,6 +137,22 @@ void run_case(const Case& c, const std::string& expect_recorded = "", Inputs* pr
     const auto ks = dev.k_scales.download(), vs = dev.v_scales.download();
     EXPECT_EQ(0, std::memcmp(ks.data(), cpu.k_scales.data(), 4 * ks.size())) << "k_scales";
     EXPECT_EQ(0, std::memcmp(vs.data(), cpu.v_scales.data(), 4 * vs.size())) << "v_scales";
+  }
+}
+
+// Runs the case on the CPU engine and on each GPU kernel and compares
+// everything; `expect_recorded` is what the DeviceCheck should say ("" for nothing).
+void run_case(const Case& c, const std::string& expect_recorded = "", Inputs* prepared = nullptr) {
+  SCOPED_TRACE(c.name());
+  Inputs in = prepared ? *prepared : msa::test::make_pre_attention_inputs(c);
+  Inputs cpu = in;
+  msa::cpu::Options opt;
+  opt.check = expect_recorded.empty();  // bad entries: the CPU engine skips them unchecked
+  msa::cpu::pre_attention(cpu.view(cpu.cache.data(), cpu.k_scales.data(), cpu.v_scales.data()),
+                          cpu.index_view(cpu.index_cache.data()), cpu.args(), opt);
+  for (Kernel kernel : {Kernel::warps, Kernel::staged}) {
+    SCOPED_TRACE(kernel == Kernel::warps ? "warps' kernel" : "staged kernel");
+    compare_kernel(c, expect_recorded, in, cpu, kernel);
   }
 }
 
