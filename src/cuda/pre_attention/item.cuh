@@ -1,6 +1,6 @@
 // The per-item work of pre-attention (msa/pre_attention.hpp, contract 10),
-// shared by its two kernels: the staged one (staged_kernel.cuh) and the one
-// that loads its rows as it processes them (pre_attention.cu).
+// shared by its two kernels: the warps' kernel (pre_attention.cu), whose warps
+// each fetch their own row parts, and the staged one (staged_kernel.cuh).
 //
 // An item is one head of one token, on 8 lanes (a group). Lane c holds the
 // elements 8c .. 8c+7 and 64+8c .. 64+8c+7, so that the rotated half of a head
@@ -60,7 +60,7 @@ struct PreAttentionParams {
   std::int64_t row_stride = 0;            // elements
   std::int64_t num_tokens = 0;
   std::uint32_t heads = 0;                // per token: nq + 2 * nkv + niq + 1
-  // The loading kernel's items (pre_attention.cu): tiles * heads * kTileTokens (< 2^31).
+  // The warps' kernel's items (pre_attention.cu): tiles * heads * kTileTokens (< 2^31).
   FastDivisor by_tile;                    // item -> tile: heads * kTileTokens items each
   FastDivisor by_heads;
   std::uint32_t head_step = 1;            // the tile's j-th head is (j * head_step) % heads
