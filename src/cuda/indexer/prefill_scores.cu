@@ -454,6 +454,11 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
   std::int32_t pos[H][2];
 #pragma unroll
   for (int m = 0; m < H; ++m) pos[m][0] = pos[m][1] = -1;
+  // The scores row this thread writes for each half (lanes c = 0, 1: row g + 8c
+  // of its warp's 16), its blocks' columns; null where it writes none.
+  float* out[H];
+#pragma unroll
+  for (int m = 0; m < H; ++m) out[m] = nullptr;
 
   // Block k's stage, once its keys landed.
   auto wait_stage = [&](std::int32_t k) {
@@ -489,6 +494,10 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
       const std::int32_t local = wg * (64 * H) + m * 64 + warp * 16 + g + 8 * half;
       pos[m][half] = local < si.rows ? si.pos_req + (si.row_in_req + local) / p.num_heads : -1;
     }
+    const std::int32_t mine = c == 0 ? pos[m][0] : pos[m][1];
+    out[m] = c < 2 && mine >= 0
+                 ? p.scores + (std::int64_t(si.row0) + wg * (64 * H) + m * 64 + warp * 16 + g + 8 * c) * p.max_blocks
+                 : nullptr;
   };
   // The queries are in registers: the buffer may take the next tile's.
   auto hand_back_queries = [&]() {
@@ -498,15 +507,15 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
   // Half m of block k: its MMAs as one commit group. A stage whose page was
   // out of range holds stale keys: multiplied anyway (no branch around the
   // group), its scores discarded.
+  const sm90::Sw128Desc ring_desc = sm90::sw128_desc(smem_u32(ring), 16, 1024);
   auto issue = [&](int m, std::int32_t k) {
-    const std::uint8_t* stage = ring + (k % kStages) * key_bytes<K>();
+    const std::uint32_t stage = std::uint32_t(k % kStages) * key_bytes<K>();
     sm90::wgmma_fence();
 #pragma unroll
     for (int st = 0; st < kSteps; ++st) {
       // Features of k-step st: box (st * 16 or 32) / kBox, byte 32 * (st % steps per box) of its rows.
       const int box = st / kPerBox, col = 32 * (st % kPerBox);
-      const std::uint32_t b_addr = smem_u32(stage + box * (key_bytes<K>() / (kHeadDim / kBox)) + col);
-      const std::uint64_t bd = sm90::sw128_desc(b_addr, 16, 1024).at(0);
+      const std::uint64_t bd = ring_desc.at(stage + box * (key_bytes<K>() / (kHeadDim / kBox)) + col);
       if constexpr (K == PrefillKeys::e4m3) wgmma_e4m3(d[m], a[m][st], bd, st > 0);
       else sm90::wgmma_rs<is_fp16<K>(), true>(d[m], a[m][st], bd, st > 0);
     }
@@ -525,16 +534,17 @@ __device__ void consume(const Params& p, float global_scale, const CUtensorMap* 
     } else {
       block_max<false>(d[m], pos[m], first_key, c, mx);
     }
+    float v[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float v = mx[half];
-      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-      if constexpr (is_nvfp4<K>() || is_widened<K>()) v *= global_scale;
-      const std::int32_t local = wg * (64 * H) + m * 64 + warp * 16 + g + 8 * half;
-      if (c == half && pos[m][half] >= 0) {
-        p.scores[(std::int64_t(si.row0) + local) * p.max_blocks + si.block] = first_key > pos[m][half] ? -INFINITY : v;
-      }
+      v[half] = mx[half];
+      v[half] = fmaxf(v[half], __shfl_xor_sync(0xffffffffu, v[half], 1));
+      v[half] = fmaxf(v[half], __shfl_xor_sync(0xffffffffu, v[half], 2));
+      if constexpr (is_nvfp4<K>() || is_widened<K>()) v[half] *= global_scale;
+    }
+    if (out[m] != nullptr) {
+      const bool second = c == 1;
+      out[m][si.block] = first_key > (second ? pos[m][1] : pos[m][0]) ? -INFINITY : (second ? v[1] : v[0]);
     }
   };
 
