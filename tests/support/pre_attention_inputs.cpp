@@ -130,7 +130,10 @@ PreAttentionInputs make_pre_attention_inputs(const PreAttentionCase& c) {
       for (int d = 0; d < D; ++d)
         in.qkv[std::size_t(i * in.stride() + j * D + d)] = encode_half(c.src, gain * normal(rng));
     }
-  // Special heads: an all-zero q head, a K head holding a NaN, a q head with a huge value.
+  // Special heads: an all-zero q head, a K head holding a NaN, a q head with a
+  // huge value; a q head holding a NaN and an index q head holding an infinity
+  // (its norm factor is 0, so that element becomes NaN and the rest 0), which
+  // reach the 16-bit q outputs, whose NaN code the contract fixes.
   auto at = [&](std::int64_t i, std::int64_t j, int d) -> std::uint16_t& {
     return in.qkv[std::size_t(i * in.stride() + j * D + d)];
   };
@@ -138,6 +141,8 @@ PreAttentionInputs make_pre_attention_inputs(const PreAttentionCase& c) {
   if (T > 2) {
     at(1, c.nq, 3) = encode_half(c.src, std::numeric_limits<float>::quiet_NaN());
     at(2, 0, 70) = encode_half(c.src, 3.0e4f);
+    at(1, c.nq > 1 ? 1 : 0, 90) = encode_half(c.src, std::numeric_limits<float>::quiet_NaN());
+    at(2, c.nq + 2 * c.nkv, 10) = encode_half(c.src, std::numeric_limits<float>::infinity());
   }
   for (auto& w : in.weights) {
     std::vector<float> f(D);
