@@ -1,10 +1,12 @@
-// The nvfp4 row kernel's fragment arithmetic (src/cuda/attention/fp4_fragments.hpp)
+// The nvfp4 row kernel's fragment arithmetic (src/cuda/common/fp4_fragments.hpp)
 // replayed on the CPU with the PTX layouts of ldmatrix (.x4, .trans) and
-// mma.m16n8k16: the raw e2m1 codes are converted in registers
-// (e2m1x8_to_pairs), scaled by their e4m3 group scales, and the warp's QK^T and
-// PV must equal the plain products exactly, for every key, query row and dim,
-// with bf16 and with fp16 as the MMA type. All values are dyadic rationals of
-// few bits, so double accumulation is exact.
+// mma.m16n8k16: the raw e2m1 codes are converted in registers (bf16 MMA:
+// e2m1x8_to_pairs; fp16 MMA: e2m1x8_to_f16_high_bytes, values times 2^-14,
+// scales times 2^7, probabilities times 2^7), scaled by their e4m3 group
+// scales, and the warp's QK^T (times 2^-7 on fp16) and PV must equal the plain
+// products exactly, for every key, query row and dim, with bf16 and with fp16
+// as the MMA type. All values are dyadic rationals of few bits, so double
+// accumulation is exact.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -125,7 +127,8 @@ void check_warp_products(std::uint32_t seed) {
         for (int m = 0; m < 8; ++m)
           for (int e = 0; e < 2; ++e)
             qp[std::size_t(r * kDim + 16 * (2 * c + h) + 2 * m + e)] =
-                q[std::size_t(r * kDim + 32 * c + 2 * f::q_source_word(h, m) + e)];
+                kF16 ? q[std::size_t(r * kDim + 32 * c + 2 * (f::q_source_pair(m) + e) + h)]
+                     : q[std::size_t(r * kDim + 32 * c + 2 * f::q_source_word(h, m) + e)];
   auto a_query = [&](int ks) {
     return msa::test::a_fragment<double>([&](int row, int d) { return qp[std::size_t(row * kDim + d)]; }, 16 * ks);
   };
@@ -155,9 +158,19 @@ void check_warp_products(std::uint32_t seed) {
           const std::uint32_t sb = f::scale_bytes(load_u32(sp), load_u32(sp + 4), (l % 4) >> 1);
           const std::uint8_t sbyte = std::uint8_t((sb >> (8 * m)) & 0xFFu);
           EXPECT_EQ(int(sbyte), ks_[std::size_t(key * kGroups + 2 * m + (l % 4) / 2)]) << "scale_bytes lane " << l << " m " << m;
-          const double sc = double(msa::num::e4m3_to_float(sbyte));
+          const double sc = double(msa::num::e4m3_to_float(sbyte)) * (kF16 ? 128.0 : 1.0);
           std::uint32_t pairs[4];
-          f::e2m1x8_to_pairs<kF16>(msa::test::reg_word(r[std::size_t(l)][std::size_t(m)]), pairs);
+          const std::uint32_t word = msa::test::reg_word(r[std::size_t(l)][std::size_t(m)]);
+          if constexpr (kF16) {
+            std::uint32_t even = 0, odd = 0;
+            f::e2m1x8_to_f16_high_bytes(word, even, odd);
+            pairs[0] = f::prmt(even, 0u, f::kHigh01);
+            pairs[1] = f::prmt(even, 0u, f::kHigh23);
+            pairs[2] = f::prmt(odd, 0u, f::kHigh01);
+            pairs[3] = f::prmt(odd, 0u, f::kHigh23);
+          } else {
+            f::e2m1x8_to_pairs<kF16>(word, pairs);
+          }
           b_even[std::size_t(l)] = {scaled(lo_half<kF16>(pairs[0]), sc), scaled(hi_half<kF16>(pairs[0]), sc),
                                     scaled(lo_half<kF16>(pairs[1]), sc), scaled(hi_half<kF16>(pairs[1]), sc)};
           b_odd[std::size_t(l)] = {scaled(lo_half<kF16>(pairs[2]), sc), scaled(hi_half<kF16>(pairs[2]), sc),
@@ -172,14 +185,15 @@ void check_warp_products(std::uint32_t seed) {
       const int key = key_base + 8 * nt + column;
       double want = 0;
       for (int d = 0; d < kDim; ++d) want += double(q[std::size_t(row * kDim + d)]) * ref_value(kc, ks_, key, d);
-      return want;
+      return kF16 ? std::ldexp(want, -7) : want;
     }, mma_type + " S, warp " + std::to_string(warp)));
 
     // ---- O = P V: the probabilities in the score accumulators' layout, 2 k-steps, 16 n-tiles.
     CFrag o[16] = {};
     for (int kk = 0; kk < 2; ++kk) {
       const AFrag a = msa::test::a_fragment<double>(
-          [&](int row, int key) { return double(p[std::size_t(row * kKeys + key)]); }, key_base + 16 * kk);
+          [&](int row, int key) { return double(p[std::size_t(row * kKeys + key)]) * (kF16 ? 128.0 : 1.0); },
+          key_base + 16 * kk);
       for (int cp = 0; cp < 2; ++cp) {
         const auto r = msa::test::ldmatrix_x4(vplane, [&](int l) {
           int key = 0, chunk = 0;
@@ -191,17 +205,30 @@ void check_warp_products(std::uint32_t seed) {
           BFrag b[4] = {};  // n-tiles 4 chunk + e
           for (int l = 0; l < 32; ++l) {
             const int k0 = key_base + 16 * kk + 2 * (l % 4), group = 2 * chunk + (l >> 4);
-            std::uint32_t p0[4], p1[4];
-            f::e2m1x8_to_pairs<kF16>(msa::test::reg_word(r[std::size_t(l)][std::size_t(2 * cc)]), p0);
-            f::e2m1x8_to_pairs<kF16>(msa::test::reg_word(r[std::size_t(l)][std::size_t(2 * cc + 1)]), p1);
+            const std::uint32_t w0 = msa::test::reg_word(r[std::size_t(l)][std::size_t(2 * cc)]);
+            const std::uint32_t w1 = msa::test::reg_word(r[std::size_t(l)][std::size_t(2 * cc + 1)]);
+            const double vscale = kF16 ? 128.0 : 1.0;
             for (int e = 0; e < 4; ++e) {
-              const std::uint32_t sel = (e & 1) ? f::kPairHigh : f::kPairLow;
-              const std::uint32_t b0 = f::prmt(p0[e / 2], p0[2 + e / 2], sel);
-              const std::uint32_t b1 = f::prmt(p1[e / 2], p1[2 + e / 2], sel);
-              b[e][std::size_t(l)] = {scaled(lo_half<kF16>(b0), plane_scale(vplane, k0, group)),
-                                      scaled(hi_half<kF16>(b0), plane_scale(vplane, k0 + 1, group)),
-                                      scaled(lo_half<kF16>(b1), plane_scale(vplane, k0 + 8, group)),
-                                      scaled(hi_half<kF16>(b1), plane_scale(vplane, k0 + 9, group))};
+              std::uint32_t b0 = 0, b1 = 0;
+              if constexpr (kF16) {
+                std::uint32_t even0 = 0, odd0 = 0, even1 = 0, odd1 = 0;
+                f::e2m1x8_to_f16_high_bytes(w0, even0, odd0);
+                f::e2m1x8_to_f16_high_bytes(w1, even1, odd1);
+                const std::uint32_t sel = e < 2 ? f::kHigh02 : f::kHigh13;
+                b0 = f::prmt((e & 1) ? odd0 : even0, 0u, sel);
+                b1 = f::prmt((e & 1) ? odd1 : even1, 0u, sel);
+              } else {
+                std::uint32_t p0[4], p1[4];
+                f::e2m1x8_to_pairs<kF16>(w0, p0);
+                f::e2m1x8_to_pairs<kF16>(w1, p1);
+                const std::uint32_t sel = (e & 1) ? f::kPairHigh : f::kPairLow;
+                b0 = f::prmt(p0[e / 2], p0[2 + e / 2], sel);
+                b1 = f::prmt(p1[e / 2], p1[2 + e / 2], sel);
+              }
+              b[e][std::size_t(l)] = {scaled(lo_half<kF16>(b0), vscale * plane_scale(vplane, k0, group)),
+                                      scaled(hi_half<kF16>(b0), vscale * plane_scale(vplane, k0 + 1, group)),
+                                      scaled(lo_half<kF16>(b1), vscale * plane_scale(vplane, k0 + 8, group)),
+                                      scaled(hi_half<kF16>(b1), vscale * plane_scale(vplane, k0 + 9, group))};
             }
           }
           for (int e = 0; e < 4; ++e) mma(o[4 * chunk + e], a, b[e]);
@@ -249,6 +276,43 @@ void check_conversion() {
   }
 }
 
+// e2m1x8_to_f16_high_bytes and the kHigh selectors: every element's fp16
+// value is its e2m1 value times 2^-14.
+TEST(Fp4Fragments, ScaledFp16HighBytes) {
+  std::mt19937 rng(13u);
+  std::uniform_int_distribution<std::uint32_t> any(0u, 0xFFFFFFFFu);
+  auto check_word = [](std::uint32_t w) {
+    std::uint32_t even = 0, odd = 0;
+    f::e2m1x8_to_f16_high_bytes(w, even, odd);
+    // (selector, bytes, the elements of its low and high half)
+    const struct { std::uint32_t sel; bool odd; int lo, hi; } pairs[] = {
+        {f::kHigh01, false, 0, 2}, {f::kHigh23, false, 4, 6}, {f::kHigh02, false, 0, 4}, {f::kHigh13, false, 2, 6},
+        {f::kHigh01, true, 1, 3},  {f::kHigh23, true, 5, 7},  {f::kHigh02, true, 1, 5},  {f::kHigh13, true, 3, 7}};
+    for (const auto& pr : pairs) {
+      const std::uint32_t x = f::prmt(pr.odd ? odd : even, 0u, pr.sel);
+      for (int h = 0; h < 2; ++h) {
+        const int j = h ? pr.hi : pr.lo;
+        const std::uint8_t code = std::uint8_t((w >> (4 * j)) & 0xFu);
+        const double got = h ? hi_half<true>(x) : lo_half<true>(x);
+        ASSERT_EQ(got, std::ldexp(double(msa::num::e2m1_to_float(code)), -14))
+            << "word 0x" << std::hex << w << std::dec << " element " << j;
+      }
+    }
+  };
+  for (int j = 0; j < 8; ++j)
+    for (std::uint32_t c = 0; c < 16; ++c)
+      for (std::uint32_t bg = 0; bg < 16; ++bg) {
+        std::uint32_t w = 0;
+        for (int i = 0; i < 8; ++i) w |= ((i == j ? c : (bg + std::uint32_t(i)) & 0xFu) << (4 * i));
+        check_word(w);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  for (int n = 0; n < 100000; ++n) {
+    check_word(any(rng));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 TEST(Fp4Fragments, ConversionBf16) { check_conversion<false>(); }
 TEST(Fp4Fragments, ConversionFp16) { check_conversion<true>(); }
 
@@ -281,6 +345,17 @@ TEST(Fp4Fragments, PermutationsAreBijective) {
     EXPECT_EQ(distinct, 8);
   }
   for (int n : all) EXPECT_EQ(n, 1);
+  // q_source_pair: words m of a half take the pairs (w, w + 1) of the 16
+  // words once each (m < 4 the first of four, m >= 4 the second).
+  std::array<int, 16> paired{};
+  for (int m = 0; m < 8; ++m) {
+    const int w = f::q_source_pair(m);
+    ASSERT_GE(w, 0);
+    ASSERT_LT(w + 1, 16);
+    ++paired[std::size_t(w)];
+    ++paired[std::size_t(w + 1)];
+  }
+  for (int n : paired) EXPECT_EQ(n, 1);
   // Output dims: every (n-tile, lane quad position, element) once.
   std::vector<int> dims(kDim, 0);
   for (int t = 0; t < 16; ++t)

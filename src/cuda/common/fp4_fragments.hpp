@@ -12,6 +12,9 @@
 // c ^ ((r >> 1) & 3) of its row, so that the 8 rows of an ldmatrix hit 8
 // different bank groups. The scales are not swizzled.
 //
+// The layouts below are those of bf16 MMA; fp16 MMA (the row kernel's type)
+// pairs the codes differently, as e2m1x8_to_f16_high_bytes says.
+//
 // QK^T (mma m16n8k16, B = K^T): an ldmatrix of 8 keys x 16 bytes (one chunk)
 // hands lane l the 8 codes of dims 32c + 8q .. 32c + 8q + 7 (q = l % 4) of key
 // l / 4. Converted (e2m1x8_to_pairs) they are four pairs: (e0, e1) and
@@ -116,6 +119,38 @@ MSA_HD void e2m1x8_to_pairs(std::uint32_t w, std::uint32_t (&out)[4]) {
     }
   }
 }
+
+// fp16 MMA (the row kernel's type over nvfp4): a code s e1 e0 m placed at
+// fp16 bits 15 and 11..9 (exponent e1 e0, mantissa m) is its e2m1 value times
+// 2^-14, the subnormal e = 0 codes included, and the fp16's low byte is zero.
+// So eight codes become the high bytes "s 0 0 0 e1 e0 m 0" of their fp16
+// values in four logic instructions, and each pair of the MMA type one prmt
+// with zero (kHigh*) away. The kernel multiplies the values by their group
+// scales times 2^7 (exact: at most 6 * 448 * 2^-7, at least 2^-17, five
+// significant bits) and undoes the remaining 2^-7 in fp32 (QK^T) or in the
+// probabilities (PV).
+//   even: bytes 0-3 = elements 0, 2, 4, 6;  odd: elements 1, 3, 5, 7
+MSA_HD void e2m1x8_to_f16_high_bytes(std::uint32_t w, std::uint32_t& even, std::uint32_t& odd) {
+  even = ((w << 4) & 0x80808080u) | ((w << 1) & 0x0E0E0E0Eu);
+  odd = (w & 0x80808080u) | ((w >> 3) & 0x0E0E0E0Eu);
+}
+// prmt(bytes, 0, kHighAB): the fp16 pair (byte A, byte B) of e2m1x8_to_f16_high_bytes.
+inline constexpr std::uint32_t kHigh01 = 0x1404u, kHigh23 = 0x3424u, kHigh02 = 0x2404u, kHigh13 = 0x3414u;
+
+// QK^T on fp16 MMA (B = K^T, the ldmatrix of k_source): k-step 2c + h takes
+// b0 = elements (h, h + 2) and b1 = (4 + h, 6 + h) of a lane's 8 codes
+// (prmt kHigh01 and kHigh23 of the even bytes for h = 0, of the odd ones for
+// h = 1). So k-positions 2q + j and 8 + 2q + j are dims 32c + 8q + h + 2j and
+// 32c + 8q + 4 + h + 2j, and the query tile's word m of k-step 2c + h is the
+// halves h of the chunk's words q_source_pair(m) and q_source_pair(m) + 1
+// (word w: dims 2w, 2w + 1).
+MSA_HD int q_source_pair(int m) { return 4 * (m & 3) + 2 * (m >> 2); }
+// The prmt selector taking halves h of two words.
+MSA_HD std::uint32_t half_selector(int h) { return h ? 0x7632u : 0x5410u; }
+
+// PV on fp16 MMA: of a converted ldmatrix.trans register (key 2q: elements
+// 0-3, key 2q + 1: 4-7, dims 32c + 4n + e), the b0 of n-tile 4c + e is
+// (even, odd, even, odd)[e] through (kHigh02, kHigh02, kHigh13, kHigh13)[e].
 
 // Of a key's 8 group-scale bytes (lo = groups 0-3, hi = groups 4-7), byte c of
 // the result is group 2c + odd (odd = 0 or 1).

@@ -16,6 +16,7 @@
 #include "cuda/common/ptx.cuh"
 #include "cuda/attention/decode/query_scale.hpp"
 #include "cuda/attention/shared/query.cuh"
+#include "cuda/common/fp4_fragments.hpp"
 
 namespace msa::cuda::attention {
 
@@ -63,7 +64,9 @@ __device__ __forceinline__ uint4 bf16x8_to_scaled_fp16(uint4 raw, float factor) 
 //   raw fp8: the 16-dim group tid % 8 of row tid / 8, words permuted as
 //            fp8f::q_source_word says (fp8_fragments.hpp);
 //   nvfp4:   threads 0-63, the 32-dim chunk tid % 4 of row tid / 4, k-step
-//            2c + h word m taken from word fp4f::q_source_word(h, m).
+//            2c + h word m taken from word fp4f::q_source_word(h, m) (bf16
+//            MMA) or from the halves h of words fp4f::q_source_pair(m) and
+//            the next (fp16 MMA).
 //
 // With fp16 MMA, the raw kinds scale bf16 query rows (query_scale.hpp) and
 // leave each row's factor 2^e in q_scale[row] (1 for the other query kinds).
@@ -132,7 +135,24 @@ struct RowQuery {
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) a[j] = query_raw_to_mma<kF16>(p, raw[j]);
     }
-    if constexpr (kFp4) {
+    if constexpr (kFp4 && kF16) {
+      if (tid >= kRows * 4) return;
+      const int row = tid >> 2, c = tid & 3;
+      // Word W of the chunk is a[W / 4]'s word W % 4. k-step 2c + h is tile
+      // chunks 4c + 2h (words m = 0-3) and 4c + 2h + 1 (m = 4-7); word m is
+      // the halves h of words W = q_source_pair(m) = 4 (m % 4) + 2 (m / 4)
+      // and W + 1: a[m % 4]'s (x, y) for m < 4, its (z, w) for m >= 4.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t sel = fp4f::half_selector(h);
+        *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 2 * h)) =
+            make_uint4(__byte_perm(a[0].x, a[0].y, sel), __byte_perm(a[1].x, a[1].y, sel),
+                       __byte_perm(a[2].x, a[2].y, sel), __byte_perm(a[3].x, a[3].y, sel));
+        *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 2 * h + 1)) =
+            make_uint4(__byte_perm(a[0].z, a[0].w, sel), __byte_perm(a[1].z, a[1].w, sel),
+                       __byte_perm(a[2].z, a[2].w, sel), __byte_perm(a[3].z, a[3].w, sel));
+      }
+    } else if constexpr (kFp4) {
       if (tid >= kRows * 4) return;
       const int row = tid >> 2, c = tid & 3;
       // Word W of the chunk is a[W / 4]'s word W % 4. k-step 2c + h is tile

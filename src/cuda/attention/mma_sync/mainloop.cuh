@@ -236,8 +236,12 @@ __device__ __forceinline__ void attend_block_fp8(WarpState& st, const std::uint3
 // (fp4_fragments.hpp): warp w takes keys [32w, 32w + 32) of the raw K / V
 // slots, converts the fragments in registers and multiplies them by their
 // group scales (exact in the MMA type), and accumulates into n-tiles whose
-// dims are fp4f::out_dim (the epilogue maps them back). The query fragments
-// come from a tile staged with the fp4f::q_source_word permutation.
+// dims are fp4f::out_dim (the epilogue maps them back). On fp16 MMA the codes
+// become fp16 values times 2^-14 (fp4f::e2m1x8_to_f16_high_bytes), the scales
+// carry 2^7, and the rest, 2^-7, is undone by the score scale (QK^T) and by
+// the probabilities times 2^7 (PV, exact); the query tile is staged for that
+// order (fp4f::q_source_pair). On bf16 MMA the codes become exact values
+// (e2m1x8_to_pairs) and the query tile follows fp4f::q_source_word.
 //   raw_k, raw_v: shared addresses of [128 keys][64 bytes] swizzled data planes
 //   k_scales, v_scales: [128 keys][8] e4m3 group scales (shared memory)
 //   scale_log2: the score scale of the thread's rows lane / 4 and lane / 4 + 8
@@ -246,6 +250,12 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
                                                  std::uint32_t raw_v, const unsigned char* k_scales,
                                                  const unsigned char* v_scales, int warp, int lane,
                                                  const float (&scale_log2)[2], int valid_keys) {
+  constexpr std::uint32_t kTwoTo7 = 0x58005800u;  // fp16 (128, 128)
+  // A pair of e4m3 scale codes in the MMA type, times 2^7 on fp16.
+  const auto scales_to_mma = [](std::uint32_t two_codes) {
+    const std::uint32_t x = e4m3_scales_to_mma<kF16>(two_codes);
+    return kF16 ? mul2<true>(x, kTwoTo7) : x;
+  };
   const int key_base = warp * 32;
   const int q = lane & 3;
   float s[4][4] = {};
@@ -260,14 +270,23 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
     // The scales of this lane's key (B column lane / 4), groups 2m + q / 2.
     const uint2 sc8 = *reinterpret_cast<const uint2*>(k_scales + (key_base + 8 * nt + (lane >> 2)) * 8);
     const std::uint32_t sb = fp4f::scale_bytes(sc8.x, sc8.y, q >> 1);
-    const std::uint32_t sc01 = e4m3_scales_to_mma<kF16>(sb);
-    const std::uint32_t sc23 = e4m3_scales_to_mma<kF16>(sb >> 16);
+    const std::uint32_t sc01 = scales_to_mma(sb);
+    const std::uint32_t sc23 = scales_to_mma(sb >> 16);
     const std::uint32_t sc[4] = {fp4f::prmt(sc01, 0u, 0x1010u), fp4f::prmt(sc01, 0u, 0x3232u),
                                  fp4f::prmt(sc23, 0u, 0x1010u), fp4f::prmt(sc23, 0u, 0x3232u)};
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
-      std::uint32_t b[4];
-      fp4f::e2m1x8_to_pairs<kF16>(r[m], b);
+      std::uint32_t b[4];  // b0, b1 of k-step 2m, then of 2m + 1
+      if constexpr (kF16) {
+        std::uint32_t even = 0, odd = 0;
+        fp4f::e2m1x8_to_f16_high_bytes(r[m], even, odd);
+        b[0] = fp4f::prmt(even, 0u, fp4f::kHigh01);
+        b[1] = fp4f::prmt(even, 0u, fp4f::kHigh23);
+        b[2] = fp4f::prmt(odd, 0u, fp4f::kHigh01);
+        b[3] = fp4f::prmt(odd, 0u, fp4f::kHigh23);
+      } else {
+        fp4f::e2m1x8_to_pairs<kF16>(r[m], b);
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) b[i] = mul2<kF16>(b[i], sc[m]);
       mma16816<kF16>(s[nt], qf[2 * m], b[0], b[1]);
@@ -276,13 +295,22 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
   }
 
   const int limit[2] = {valid_keys, valid_keys};
-  scores_to_probs<4>(st, s, key_base, lane, scale_log2, limit, nullptr, nullptr);
+  if constexpr (kF16) {
+    const float unscaled[2] = {scale_log2[0] * 128.0f, scale_log2[1] * 128.0f};  // the keys' 2^-7
+    scores_to_probs<4>(st, s, key_base, lane, unscaled, limit, nullptr, nullptr);
+  } else {
+    scores_to_probs<4>(st, s, key_base, lane, scale_log2, limit, nullptr, nullptr);
+  }
 
   // O += P V: k-steps of 16 keys; per chunk, 4 output n-tiles (dims 32c + 4n + e).
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) {
     std::uint32_t a[4];
     probs_to_a<kF16>(s, kk, a);
+    if constexpr (kF16) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = mul2<true>(a[i], kTwoTo7);  // the values' 2^-7 (P <= 1: exact)
+    }
     // Scale pairs (key 2q, key 2q + 1) for b0 and (8 + 2q, 9 + 2q) for b1, of
     // group 2 chunk + lane / 16: vsc[b][chunk].
     std::uint32_t vsc[2][4];
@@ -294,10 +322,10 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
       const std::uint32_t a0 = fp4f::scale_bytes(s0.x, s0.y, lane >> 4);
       const std::uint32_t a1 = fp4f::scale_bytes(s1.x, s1.y, lane >> 4);
       const std::uint32_t lo = fp4f::prmt(a0, a1, 0x5140u), hi = fp4f::prmt(a0, a1, 0x7362u);
-      vsc[b][0] = e4m3_scales_to_mma<kF16>(lo);
-      vsc[b][1] = e4m3_scales_to_mma<kF16>(lo >> 16);
-      vsc[b][2] = e4m3_scales_to_mma<kF16>(hi);
-      vsc[b][3] = e4m3_scales_to_mma<kF16>(hi >> 16);
+      vsc[b][0] = scales_to_mma(lo);
+      vsc[b][1] = scales_to_mma(lo >> 16);
+      vsc[b][2] = scales_to_mma(hi);
+      vsc[b][3] = scales_to_mma(hi >> 16);
     }
 #pragma unroll
     for (int cp = 0; cp < 2; ++cp) {
@@ -308,15 +336,28 @@ __device__ __forceinline__ void attend_block_fp4(WarpState& st, const std::uint3
 #pragma unroll
       for (int cc = 0; cc < 2; ++cc) {
         const int c = 2 * cp + cc;
-        std::uint32_t p0[4], p1[4];
-        fp4f::e2m1x8_to_pairs<kF16>(r[2 * cc], p0);
-        fp4f::e2m1x8_to_pairs<kF16>(r[2 * cc + 1], p1);
+        if constexpr (kF16) {
+          std::uint32_t even0 = 0, odd0 = 0, even1 = 0, odd1 = 0;
+          fp4f::e2m1x8_to_f16_high_bytes(r[2 * cc], even0, odd0);
+          fp4f::e2m1x8_to_f16_high_bytes(r[2 * cc + 1], even1, odd1);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const std::uint32_t sel = (e & 1) ? fp4f::kPairHigh : fp4f::kPairLow;
-          const std::uint32_t b0 = mul2<kF16>(fp4f::prmt(p0[e >> 1], p0[2 + (e >> 1)], sel), vsc[0][c]);
-          const std::uint32_t b1 = mul2<kF16>(fp4f::prmt(p1[e >> 1], p1[2 + (e >> 1)], sel), vsc[1][c]);
-          mma16816<kF16>(st.o[4 * c + e], a, b0, b1);
+          for (int e = 0; e < 4; ++e) {
+            const std::uint32_t sel = e < 2 ? fp4f::kHigh02 : fp4f::kHigh13;
+            const std::uint32_t b0 = mul2<true>(fp4f::prmt((e & 1) ? odd0 : even0, 0u, sel), vsc[0][c]);
+            const std::uint32_t b1 = mul2<true>(fp4f::prmt((e & 1) ? odd1 : even1, 0u, sel), vsc[1][c]);
+            mma16816<kF16>(st.o[4 * c + e], a, b0, b1);
+          }
+        } else {
+          std::uint32_t p0[4], p1[4];
+          fp4f::e2m1x8_to_pairs<kF16>(r[2 * cc], p0);
+          fp4f::e2m1x8_to_pairs<kF16>(r[2 * cc + 1], p1);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const std::uint32_t sel = (e & 1) ? fp4f::kPairHigh : fp4f::kPairLow;
+            const std::uint32_t b0 = mul2<kF16>(fp4f::prmt(p0[e >> 1], p0[2 + (e >> 1)], sel), vsc[0][c]);
+            const std::uint32_t b1 = mul2<kF16>(fp4f::prmt(p1[e >> 1], p1[2 + (e >> 1)], sel), vsc[1][c]);
+            mma16816<kF16>(st.o[4 * c + e], a, b0, b1);
+          }
         }
       }
     }
