@@ -245,10 +245,29 @@ void check_warp_products(std::uint32_t seed) {
   EXPECT_EQ(inexact, 0) << "scaled values not exact in " << (kF16 ? "fp16" : "bf16");
 }
 
+// Calls check(w) on words holding every code in every nibble position against
+// several backgrounds, then on 100,000 random words; stops at a fatal failure.
+template <class Check>
+void for_test_words(std::uint32_t seed, const Check& check) {
+  for (int j = 0; j < 8; ++j)
+    for (std::uint32_t c = 0; c < 16; ++c)
+      for (std::uint32_t bg = 0; bg < 16; ++bg) {
+        std::uint32_t w = 0;
+        for (int i = 0; i < 8; ++i) w |= ((i == j ? c : (bg + std::uint32_t(i)) & 0xFu) << (4 * i));
+        check(w);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> any(0u, 0xFFFFFFFFu);
+  for (int n = 0; n < 100000; ++n) {
+    check(any(rng));
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+}
+
 template <bool kF16>
 void check_conversion() {
-  std::mt19937 rng(kF16 ? 7u : 11u);
-  std::uniform_int_distribution<std::uint32_t> any(0u, 0xFFFFFFFFu);
+  const std::uint32_t seed = kF16 ? 7u : 11u;
   auto check_word = [](std::uint32_t w) {
     std::uint32_t out[4];
     f::e2m1x8_to_pairs<kF16>(w, out);
@@ -261,26 +280,12 @@ void check_conversion() {
             << (kF16 ? "fp16" : "bf16") << " word 0x" << std::hex << w << std::dec << " element " << j;
       }
   };
-  // Every code in every nibble position, against several backgrounds.
-  for (int j = 0; j < 8; ++j)
-    for (std::uint32_t c = 0; c < 16; ++c)
-      for (std::uint32_t bg = 0; bg < 16; ++bg) {
-        std::uint32_t w = 0;
-        for (int i = 0; i < 8; ++i) w |= ((i == j ? c : (bg + std::uint32_t(i)) & 0xFu) << (4 * i));
-        check_word(w);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-  for (int n = 0; n < 100000; ++n) {
-    check_word(any(rng));
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  for_test_words(seed, check_word);
 }
 
 // e2m1x8_to_f16_high_bytes and the kHigh selectors: every element's fp16
 // value is its e2m1 value times 2^-14.
 TEST(Fp4Fragments, ScaledFp16HighBytes) {
-  std::mt19937 rng(13u);
-  std::uniform_int_distribution<std::uint32_t> any(0u, 0xFFFFFFFFu);
   auto check_word = [](std::uint32_t w) {
     std::uint32_t even = 0, odd = 0;
     f::e2m1x8_to_f16_high_bytes(w, even, odd);
@@ -299,18 +304,7 @@ TEST(Fp4Fragments, ScaledFp16HighBytes) {
       }
     }
   };
-  for (int j = 0; j < 8; ++j)
-    for (std::uint32_t c = 0; c < 16; ++c)
-      for (std::uint32_t bg = 0; bg < 16; ++bg) {
-        std::uint32_t w = 0;
-        for (int i = 0; i < 8; ++i) w |= ((i == j ? c : (bg + std::uint32_t(i)) & 0xFu) << (4 * i));
-        check_word(w);
-        if (::testing::Test::HasFatalFailure()) return;
-      }
-  for (int n = 0; n < 100000; ++n) {
-    check_word(any(rng));
-    if (::testing::Test::HasFatalFailure()) return;
-  }
+  for_test_words(13u, check_word);
 }
 
 TEST(Fp4Fragments, ConversionBf16) { check_conversion<false>(); }
