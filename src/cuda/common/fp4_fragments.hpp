@@ -126,7 +126,7 @@ MSA_HD void e2m1x8_to_pairs(std::uint32_t w, std::uint32_t (&out)[4]) {
 // So eight codes become the high bytes "s 0 0 0 e1 e0 m 0" of their fp16
 // values in four logic instructions, and each pair of the MMA type one prmt
 // with zero (kHigh*) away. The kernel multiplies the values by their group
-// scales times 2^7 (exact: at most 6 * 448 * 2^-7, at least 2^-17, five
+// scales times 2^7 (exact: at most 6 * 448 * 2^-7, at least 2^-17, six
 // significant bits) and undoes the remaining 2^-7 in fp32 (QK^T) or in the
 // probabilities (PV).
 //   even: bytes 0-3 = elements 0, 2, 4, 6;  odd: elements 1, 3, 5, 7
