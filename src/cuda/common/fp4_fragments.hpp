@@ -84,10 +84,12 @@ MSA_HD std::uint32_t prmt(std::uint32_t a, std::uint32_t b, std::uint32_t sel) {
 #endif
 }
 
-// PV: the b0 of n-tiles 4c + e from the converted halves of one ldmatrix.trans
-// register: pairs[0] = (key 2q: dims e0, e1), pairs[1] = (key 2q: e2, e3),
-// pairs[2], pairs[3] the same for key 2q + 1. e = 0: prmt(pairs[0], pairs[2],
-// kPairLow); e = 1: kPairHigh; e = 2, 3 the same on pairs[1], pairs[3].
+// prmt(a, b, kPairLow): the low halves of a and b as one word (kPairHigh: the
+// high halves). PV: the b0 of n-tiles 4c + e from the converted halves of one
+// ldmatrix.trans register: pairs[0] = (key 2q: dims e0, e1), pairs[1] = (key
+// 2q: e2, e3), pairs[2], pairs[3] the same for key 2q + 1. e = 0:
+// prmt(pairs[0], pairs[2], kPairLow); e = 1: kPairHigh; e = 2, 3 the same on
+// pairs[1], pairs[3].
 inline constexpr std::uint32_t kPairLow = 0x5410u;
 inline constexpr std::uint32_t kPairHigh = 0x7632u;
 
@@ -143,10 +145,8 @@ inline constexpr std::uint32_t kHigh01 = 0x1404u, kHigh23 = 0x3424u, kHigh02 = 0
 // h = 1). So k-positions 2q + j and 8 + 2q + j are dims 32c + 8q + h + 2j and
 // 32c + 8q + 4 + h + 2j, and the query tile's word m of k-step 2c + h is the
 // halves h of the chunk's words q_source_pair(m) and q_source_pair(m) + 1
-// (word w: dims 2w, 2w + 1).
+// (word w: dims 2w, 2w + 1; kPairLow / kPairHigh take them).
 MSA_HD int q_source_pair(int m) { return 4 * (m & 3) + 2 * (m >> 2); }
-// The prmt selector taking halves h of two words.
-MSA_HD std::uint32_t half_selector(int h) { return h ? 0x7632u : 0x5410u; }
 
 // PV on fp16 MMA: of a converted ldmatrix.trans register (key 2q: elements
 // 0-3, key 2q + 1: 4-7, dims 32c + 4n + e), the b0 of n-tile 4c + e is

@@ -144,7 +144,7 @@ struct RowQuery {
       // and W + 1: a[m % 4]'s (x, y) for m < 4, its (z, w) for m >= 4.
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const std::uint32_t sel = fp4f::half_selector(h);
+        const std::uint32_t sel = h ? fp4f::kPairHigh : fp4f::kPairLow;
         *reinterpret_cast<uint4*>(q_tile + tile_offset(row, 4 * c + 2 * h)) =
             make_uint4(__byte_perm(a[0].x, a[0].y, sel), __byte_perm(a[1].x, a[1].y, sel),
                        __byte_perm(a[2].x, a[2].y, sel), __byte_perm(a[3].x, a[3].y, sel));
