@@ -317,6 +317,7 @@ TEST(AttentionPlan, KeyMajorModeFollowsTheOrderOnPrefillOnlyHalfSteps) {
     EXPECT_EQ(att::key_major_mode(order, true, true, big, 32, 1), Mode::off);   // decode rows in the step
     EXPECT_EQ(att::key_major_mode(order, true, true, big, 0, att::kKeyMajorMaxRequests + 1), Mode::off);
     EXPECT_EQ(att::key_major_mode(order, true, true, 0, 0, 1), Mode::off);
+    EXPECT_EQ(att::key_major_mode(order, true, true, att::kKeyMajorMaxTokens + 1, 0, 1), Mode::off);  // release count
   }
   // The tuning's threshold (tests: the device chooses at any size).
   EXPECT_EQ(att::key_major_mode(kAuto, true, true, 7, 0, 1, 0), Mode::device_choice);
@@ -327,10 +328,11 @@ TEST(AttentionPlan, KeyMajorModeFollowsTheOrderOnPrefillOnlyHalfSteps) {
 
 // The device's choice: key-major when the token tiles would run more than
 // kKeyMajorItemCost rounds per key-major item (random selections: ~100 union
-// blocks per 8-token tile against ~2 items per token), or when forced.
+// blocks per 8-token tile against ~4 items of 4 tokens per token), or when
+// forced.
 TEST(AttentionPlan, KeyMajorPreferredWhenTilesLoadManyBlocks) {
   namespace att = msa::cuda::attention;
-  const std::int64_t tokens = 16384, items = 2 * tokens + 512;
+  const std::int64_t tokens = 16384, items = 4 * tokens + 512;
   EXPECT_TRUE(att::prefer_key_major(tokens / 8 * 105, items, false));   // random
   EXPECT_FALSE(att::prefer_key_major(tokens / 8 * 17, items, false));   // clustered
   EXPECT_TRUE(att::prefer_key_major(0, items, true));

@@ -207,8 +207,9 @@ inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
 
 // ---- key-major prefill (key_major/kernel.cuh, key_major.cu) ------------------
 // A key-major work item is one (KV head, request, block) row of the k2q plan
-// (msa::cuda::build_k2q) with up to tokens_per_tile of the tokens that selected
-// the block: the tile's K / V block serves exactly the rows that need it, so a
+// (msa::cuda::build_k2q) with up to key_major_item_tokens of the tokens that
+// selected the block (kKeyMajorRows query rows, one consumer warpgroup's): the
+// item's K / V block serves exactly the rows that need it, so a
 // step whose neighbouring tokens select unrelated blocks (where a token tile
 // loads a union of ~100 blocks for 8 tokens) runs at token-tile speed per
 // block. Each edge (token, slot) gets a normalized partial output and lse,
@@ -228,12 +229,17 @@ inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
 // order: PrefillOrder (0 query-major, 1 key-major, 2 automatic).
 inline constexpr std::int64_t kKeyMajorMinTokens = 8192;
 inline constexpr int kKeyMajorMaxRequests = 1024;
+inline constexpr int kKeyMajorRows = 64;
+inline int key_major_item_tokens(int group) { return kKeyMajorRows / std::max(group, 1); }
+// A CTA counts the items that read a block in one mbarrier's arrivals (four
+// per item, below 2^20): steps of more tokens run the token tiles.
+inline constexpr std::int64_t kKeyMajorMaxTokens = ((std::int64_t(1) << 20) - 2) / 4;
 enum class KeyMajorMode { off, always, device_choice };
 inline KeyMajorMode key_major_mode(int order, bool half_pages, bool wgmma_tiles, std::int64_t num_tokens,
                                    std::int64_t num_decode_tokens, int num_requests,
                                    std::int64_t min_tokens = kKeyMajorMinTokens) {
   if (!half_pages || !wgmma_tiles || num_decode_tokens != 0 || num_requests > kKeyMajorMaxRequests ||
-      num_tokens <= 0)
+      num_tokens <= 0 || num_tokens > kKeyMajorMaxTokens)
     return KeyMajorMode::off;
   if (order == 1) return KeyMajorMode::always;
   if (order == 2 && num_tokens >= min_tokens) return KeyMajorMode::device_choice;
@@ -242,11 +248,12 @@ inline KeyMajorMode key_major_mode(int order, bool half_pages, bool wgmma_tiles,
 // The device's choice: token tiles run one round per (tile, union block) pair,
 // key-major one per work item plus the partials' traffic and merge. First
 // estimate from the H200 (16K-token chunks, before tuning): ~12-16 ns of the
-// whole GPU per tile round, ~60 ns per key-major item. Clustered selections
-// give about one tile round per item, random ones ~5-7 at 17K-170K contexts
-// (estimated from the union sizes). tile_rounds: the (tile, block) pairs of
-// the step; items: the key-major work items. always: the order is key-major.
-inline constexpr double kKeyMajorItemCost = 3.0;
+// whole GPU per tile round, ~60 ns per key-major item of 128 rows (so 1.5
+// rounds per item of 64). Clustered selections give about one tile round per
+// 128-row item, random ones ~5-7 at 17K-170K contexts (estimated from the
+// union sizes). tile_rounds: the (tile, block) pairs of the step; items: the
+// key-major work items. always: the order is key-major.
+inline constexpr double kKeyMajorItemCost = 1.5;
 MSA_HD bool prefer_key_major(std::int64_t tile_rounds, std::int64_t items, bool always) {
   return always || (items > 0 && double(tile_rounds) > kKeyMajorItemCost * double(items));
 }

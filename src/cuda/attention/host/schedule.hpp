@@ -110,7 +110,8 @@ inline AttentionWorkspaceMap map_workspace(const AttentionSchedule& s, std::size
   if (s.prefill == PrefillKernel::key_major) {
     const std::int64_t rows = s.key_major_rows * s.problem.num_kv_heads;
     m.k2q_edges = std::int64_t(T * H * K);
-    m.km_max_items = key_major_max_items(m.k2q_edges, rows, s.tile_tokens);
+    m.km_max_items = key_major_max_items(m.k2q_edges, rows,
+                                         key_major_item_tokens(s.problem.num_q_heads / s.problem.num_kv_heads));
     const std::size_t partials = T * QH * K;
     m.k2q_offsets = a.take(sizeof(std::int64_t) * std::size_t(rows + 1));
     m.k2q_tokens = a.take(sizeof(std::int32_t) * std::size_t(m.k2q_edges));

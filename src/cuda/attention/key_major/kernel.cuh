@@ -1,6 +1,6 @@
 // The key-major attention kernel (bf16 / fp16 caches, sm_90a): each work item
 // (key_major.cu) is one block of one request and KV head and the up to T
-// tokens of the k2q plan that selected it, T x G = 128 query rows; its rows'
+// tokens of the k2q plan that selected it, T x G = 64 query rows; its rows'
 // attention over that block alone goes to the (token, query head, slot)
 // partials, which the merge then combines per row.
 //
@@ -8,12 +8,13 @@
 //    a block's items follow each other and its K / V tiles load once for
 //    them (key_major/produce.cuh: the streamer warp, two slots).
 //  - Three loader warps bring each item's description and query rows into
-//    their Q buffer (one each, items taken in turn), rows by TMA (one box
-//    per token) as soon as the buffer is free: neither the rows nor the K / V
-//    wait for each other.
-//  - Two consumer warpgroups (key_major/consume.cuh) take turns on the tensor
-//    cores: QK, the one-pass softmax, PV, then the rows staged in their Q
-//    buffer and copied out.
+//    its Q buffer (six buffers, two per loader, items taken in turn), rows by
+//    TMA (one box per token) as soon as the buffer is free: neither the rows
+//    nor the K / V wait for each other.
+//  - Three consumer warpgroups (key_major/consume.cuh) each run whole items
+//    (every third of the run): QK, the one-pass softmax, PV, then the rows
+//    staged in their Q buffer and copied out. A warpgroup's softmax and
+//    epilogue overlap the other two's MMAs.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,14 +49,14 @@ __global__ void __launch_bounds__(KeyMajorTile::kThreads, 1)
   if (run.end <= run.begin) return;
   if (tid == 0) {
     for (int b = 0; b < W::kQBufs; ++b) {
-      sm90::mbar_init(bar.q_full(b), 32);  // its loader warp's lanes
-      sm90::mbar_init(bar.q_empty(b), W::kConsumers * 128);
+      sm90::mbar_init(bar.q_full(b), 32);    // its loader warp's lanes
+      sm90::mbar_init(bar.q_empty(b), 128);  // its warpgroup's threads
     }
-    for (int s = 0; s < W::kKvSlots; ++s) {
-      sm90::mbar_init(bar.k_full(s), 1);
-      sm90::mbar_init(bar.v_full(s), 1);
-      sm90::mbar_init(bar.kv_empty(s), W::kConsumers * 4);
+    for (int h = 0; h < W::kLoadBars; ++h) {
+      sm90::mbar_init(bar.k_full(h), 1);
+      sm90::mbar_init(bar.v_full(h), 1);
     }
+    for (int s = 0; s < W::kKvSlots; ++s) sm90::mbar_init(bar.kv_empty(s), W::kKvRelease);
     sm90::mbar_init(bar.tail(), 1);
     sm90::mbar_init_fence();
   }

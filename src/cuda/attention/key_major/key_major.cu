@@ -28,7 +28,7 @@ std::int64_t blocks_for(std::int64_t n, int threads = kPrepThreads) { return (n 
 // lanes writing every 32nd item.
 //   offsets: [kv_heads * rows + 1]; items: [max_items]; seq_lens: [num_requests]
 __global__ void write_items(const std::int64_t* offsets, std::int64_t rows, int num_kv_heads,
-                            const std::int32_t* seq_lens, int num_requests, int tokens_per_tile,
+                            const std::int32_t* seq_lens, int num_requests, int tokens_per_item,
                             KeyMajorItem* items, std::int64_t max_items, std::int64_t* stats) {
   __shared__ std::int64_t row_start[kKeyMajorMaxRequests + 1];
   for (int r = threadIdx.x; r < num_requests; r += blockDim.x)
@@ -52,7 +52,7 @@ __global__ void write_items(const std::int64_t* offsets, std::int64_t rows, int 
     if (row_start[mid] <= local) lo = mid;
     else hi = mid - 1;
   }
-  const std::int64_t n = (edges + tokens_per_tile - 1) / tokens_per_tile;
+  const std::int64_t n = (edges + tokens_per_item - 1) / tokens_per_item;
   std::int64_t at = 0;
   if (lane == 0) at = std::int64_t(atomicAdd(reinterpret_cast<unsigned long long*>(stats), static_cast<unsigned long long>(n)));
   at = __shfl_sync(0xffffffffu, at, 0);
@@ -61,8 +61,8 @@ __global__ void write_items(const std::int64_t* offsets, std::int64_t rows, int 
     it.head = h;
     it.request = lo;
     it.block = int(local - row_start[lo]);
-    it.edge = int(first + i * tokens_per_tile);
-    it.count = int(edges - i * tokens_per_tile < tokens_per_tile ? edges - i * tokens_per_tile : tokens_per_tile);
+    it.edge = int(first + i * tokens_per_item);
+    it.count = int(edges - i * tokens_per_item < tokens_per_item ? edges - i * tokens_per_item : tokens_per_item);
     it.pad[0] = it.pad[1] = it.pad[2] = 0;
     items[at + i] = it;
   }
@@ -182,7 +182,8 @@ void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& sched
                        const DeviceCheck& check) {
   const AttentionWorkspaceMap& l = km.map;
   const std::int64_t rows = schedule.key_major_rows;
-  const int tokens_per_tile = schedule.tile_tokens;
+  const int tokens_per_tile = schedule.tile_tokens;  // the token tiles' (their rounds, for the choice)
+  const int tokens_per_item = key_major_item_tokens(p.group);
   MSA_CHECK(step.num_requests <= kKeyMajorMaxRequests, "attend: key-major step with ", step.num_requests,
             " requests, at most ", kKeyMajorMaxRequests);
   const std::int64_t total_rows = rows * p.num_kv_heads;
@@ -196,7 +197,7 @@ void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& sched
             check);
   if (total_rows > 0)
     write_items<<<dim3(unsigned(blocks_for(total_rows * 32))), kPrepThreads, 0, stream>>>(
-        plan.offsets, rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_tile, km.items(),
+        plan.offsets, rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_item, km.items(),
         l.km_max_items, km.stats());
   MSA_CUDA_CHECK_LAUNCH();
   const int sms = device_sm_count();  // grid-stride passes: a few blocks per SM

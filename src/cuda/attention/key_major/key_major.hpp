@@ -31,7 +31,7 @@ struct KeyMajorBuffers {
 };
 
 // Enqueues on `stream`: the k2q plan (msa::cuda::build_k2q), the work items of
-// the schedule's tile_tokens tokens, the choice (prefer_key_major; `always`:
+// key_major_item_tokens tokens, the choice (prefer_key_major; `always`:
 // the order is key-major) into the gates, and, if key-major, -inf in every
 // partial lse.
 void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& schedule, const StepView& step,

@@ -6,53 +6,74 @@
 #include <cstdint>
 
 #include "cuda/attention/host/heuristics.hpp"
-#include "cuda/attention/kv_format.hpp"
 #include "cuda/attention/params.cuh"
 
 namespace msa::cuda::attention {
+
+// Tokens an item holds at most: its kKeyMajorRows rows over G >= 2 (key-major
+// runs on the wgmma token tiles, whose 128 rows are at most 64 tokens).
+inline constexpr int kItemMaxTokens = kKeyMajorRows / 2;
 
 // What the loaders tell the consumers about the item in a Q buffer.
 struct KeyMajorInfo {
   std::int32_t count;      // tokens (rows count x G)
   std::int32_t head;       // KV head
   std::int32_t block;      // logical block of the request
-  std::int32_t kv;         // the CTA's K / V load that holds the block, or -1: its page is bad (nothing runs)
-  std::int32_t last;       // 1: the CTA's last item on that load (its consumers release the slot)
+  std::int32_t kv;         // the CTA's K / V load of the block
+  std::int32_t good;       // 0: its page is bad (the load brings nothing, nothing runs)
   std::int32_t pad[3];
-  std::int32_t token[kTileMaxTokens];  // query token of item token t
-  std::int32_t pos[kTileMaxTokens];    // its position, or -1
-  std::uint8_t slot[kTileMaxTokens];   // its top-k slot (< 64)
+  std::int32_t token[kItemMaxTokens];  // query token of item token t
+  std::uint8_t keys[kItemMaxTokens];   // its keys of the block: position - first key + 1, in [0, 128]
+  std::uint8_t slot[kItemMaxTokens];   // its top-k slot (< 64)
 };
 
+// Each consumer warpgroup takes whole items of 64 rows (items i = w, w + C,
+// ... of the CTA's run for warpgroup w of C), so that three chains of QK,
+// softmax, PV and epilogue overlap on the tensor cores without waiting for
+// each other.
 struct KeyMajorTile {
-  static constexpr int kConsumers = 2;                     // warpgroups of 64 rows
+  static constexpr int kConsumers = 3;                     // warpgroups, an item of 64 rows each at a time
   static constexpr int kThreads = (kConsumers + 1) * 128;  // + the producer warpgroup
   static constexpr int kStreamerWarp = kConsumers * 4;     // K / V loads (the producer's first warp)
-  static constexpr int kLoaders = 96;                      // the producer's other three warps: a Q buffer each
-  static constexpr int kProducerRegs = kv_format(KvKind::half).tile_producer_regs;
-  static constexpr int kConsumerRegs = kv_format(KvKind::half).tile_consumer_regs;
-  static constexpr int kQBufs = 3;   // items in flight: each holds its rows from load to epilogue
+  static constexpr int kLoaderWarps = 3;                   // the producer's other three warps
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 152;                // 56 x 128 + 152 x 384 <= 64 Ki
+  // Items in flight: loader warp k fills buffers k, k + 3 and warpgroup w
+  // drains buffers w, w + C, ...: six buffers make every buffer one loader's
+  // and one warpgroup's, so that each mbarrier's phases advance in order.
+  static constexpr int kQBufs = 6;
   static constexpr int kKvSlots = 2;  // blocks in flight (a CTA's items keep a block for a run)
+  // Load g lands on full barriers g % kLoadBars. A warpgroup whose last item
+  // read load l waits next for a load g <= l + 3, and every load up to l - 2
+  // has landed by then (load l was issued once l - 2 was released): with six
+  // barriers, g's barrier has finished the phase of load g - 6 and cannot
+  // finish g + 6's before this warpgroup releases g, so its parity is exact.
+  static constexpr int kLoadBars = 6;
   static constexpr int kAtomBytes = kBlockKeys * 128;      // 16 KiB: 64 dims of 128 keys
   static constexpr int kPlaneBytes = 2 * kAtomBytes;       // 32 KiB: one K or V tile
   static constexpr int kQBytes = 64 * kDim * 2;            // 16 KiB: a warpgroup's 64 rows
   static constexpr int kQAtomBytes = 64 * 128;             // 8 KiB: 64 dims of 64 rows
-  static constexpr int kQBuf = kConsumers * kQBytes;       // an item's 128 rows
-  static constexpr int kQ = 0;                             // [kQBufs][kConsumers][2][64][64] MMA type
+  static constexpr int kQBuf = kQBytes;                    // an item's 64 rows
+  static constexpr int kQ = 0;                             // [kQBufs][2][64][64] MMA type
   static constexpr int kK = kQ + kQBufs * kQBuf;           // [kKvSlots][2][128][64]
   static constexpr int kV = kK + kKvSlots * kPlaneBytes;   // [kKvSlots][2][128][64]
   static constexpr int kBars = kV + kKvSlots * kPlaneBytes;
-  static constexpr int kBarBytes = 8 * (2 * kQBufs + 3 * kKvSlots + 1);
+  static constexpr int kBarBytes = 8 * (2 * kQBufs + 2 * kLoadBars + kKvSlots + 1);
   // An item's description per Q buffer (KeyMajorInfo).
   static constexpr int kInfo = kBars + kBarBytes;
   static constexpr int kBytes = kInfo + kQBufs * int(sizeof(KeyMajorInfo)) + 1024;  // + alignment slack
-  // Named barriers (0 is __syncthreads): warpgroup w waits on kTurn + w for
-  // its turn to issue; consumer warpgroup w stages its output rows on
-  // kStageBar + w.
-  static constexpr int kTurn = 1;
-  static constexpr int kStageBar = 3;
-  static constexpr int kTurnPeers = kConsumers * 128;
+  // A K / V slot's release counts kKvRelease arrivals: the streamer's
+  // kKvRelease - 4 n for a block that n items of the run read, and one per
+  // consumer warp and item (an arrival count is below 2^20).
+  static constexpr std::uint32_t kKvRelease = (1u << 20) - 1;
+  // Named barriers (0 is __syncthreads): consumer warpgroup w stages its
+  // output rows on kStageBar + w.
+  static constexpr int kStageBar = 1;
+  static_assert(4 * kKeyMajorMaxTokens < kKvRelease, "a block's items beyond the release count");
+  static_assert(kQBufs % kLoaderWarps == 0 && kQBufs % kConsumers == 0, "a buffer per loader and warpgroup");
+  static_assert(kConsumers == 3 && kLoadBars >= 6 && kLoadBars % kKvSlots == 0, "full barriers per load (above)");
   static_assert(kK % 1024 == 0 && kQBuf % 1024 == 0, "swizzled tiles need 1 KiB alignment");
+  static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "registers beyond the SM's");
 };
 
 static_assert(KeyMajorTile::kBytes <= 227 * 1024, "shared memory beyond the sm_90 limit");
@@ -63,18 +84,21 @@ struct KeyMajorBars {
   std::uint32_t base;
   // Q buffer b: its rows and description landed (its loader warp's 32 arrivals and the rows' bytes).
   __device__ std::uint32_t q_full(int b) const { return base + 8u * std::uint32_t(b); }
-  // Q buffer b: its rows written out (every consumer thread arrives).
+  // Q buffer b: its rows written out (every thread of its warpgroup arrives).
   __device__ std::uint32_t q_empty(int b) const { return base + 8u * std::uint32_t(KeyMajorTile::kQBufs + b); }
-  __device__ std::uint32_t k_full(int s) const { return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + s); }
-  __device__ std::uint32_t v_full(int s) const {
-    return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + KeyMajorTile::kKvSlots + s);
+  // Load g's K / V tiles landed in slot g % 2 (or, for a bad page, its streamer arrived): h = g % kLoadBars.
+  __device__ std::uint32_t k_full(int h) const { return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + h); }
+  __device__ std::uint32_t v_full(int h) const {
+    return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + KeyMajorTile::kLoadBars + h);
   }
-  // K / V slot s: read by the last item on it (one arrival per consumer warp).
+  // K / V slot s: read by every item on its load (KeyMajorTile::kKvRelease arrivals).
   __device__ std::uint32_t kv_empty(int s) const {
-    return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + 2 * KeyMajorTile::kKvSlots + s);
+    return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + 2 * KeyMajorTile::kLoadBars + s);
   }
   // The tail block's V tile landed (the streamer zeroes its unwritten rows, then publishes it).
-  __device__ std::uint32_t tail() const { return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + 3 * KeyMajorTile::kKvSlots); }
+  __device__ std::uint32_t tail() const {
+    return base + 8u * std::uint32_t(2 * KeyMajorTile::kQBufs + 2 * KeyMajorTile::kLoadBars + KeyMajorTile::kKvSlots);
+  }
 };
 
 }  // namespace msa::cuda::attention

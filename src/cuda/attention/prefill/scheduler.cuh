@@ -14,15 +14,16 @@
 
 namespace msa::cuda::attention {
 
-// The query rows of a tile into Q buffer q (the two warpgroups' swizzled
-// tiles): row = tok * G + g is query head head * G + g of token token_of(tok)
-// for tok < count, zero past count. kWorkers threads (w in [0, kWorkers))
-// share the 16-byte chunks: copied by cp.async when the query already is the
-// MMA type (every chunk in flight at once), else converted through registers.
-template <bool kF16, int kWorkers, class TokenOf>
+// The kRows query rows of a tile into Q buffer q (the warpgroups' swizzled
+// tiles, 64 rows each): row = tok * G + g is query head head * G + g of token
+// token_of(tok) for tok < count, zero past count. kWorkers threads (w in [0,
+// kWorkers)) share the 16-byte chunks: copied by cp.async when the query
+// already is the MMA type (every chunk in flight at once), else converted
+// through registers.
+template <bool kF16, int kWorkers, int kRows = kTileRows, class TokenOf>
 __device__ __forceinline__ void stage_q_rows(const AttendParams& p, unsigned char* q, int count, int head,
                                              TokenOf token_of, int w) {
-  constexpr int kChunks = kTileRows * 16;  // 16-byte chunks of 8 elements
+  constexpr int kChunks = kRows * 16;  // 16-byte chunks of 8 elements
   auto source = [&](int row, int c) {      // element offset of the chunk in p.q, -1 past count
     const int tok = row / p.group, g = row - tok * p.group;
     if (tok >= count) return std::int64_t(-1);
