@@ -339,6 +339,15 @@ TEST(AttentionPlan, KeyMajorPreferredWhenTilesLoadManyBlocks) {
   EXPECT_FALSE(att::prefer_key_major(100, 0, false));  // nothing to run key-major
 }
 
+// A key-major item is one consumer warpgroup's 64 query rows: 4 tokens at
+// G = 16, at most 32 (the wgmma tiles that key-major runs on need G >= 2).
+TEST(AttentionPlan, KeyMajorItemsHoldOneWarpgroupsRows) {
+  namespace att = msa::cuda::attention;
+  EXPECT_EQ(att::key_major_item_tokens(16), 4);
+  for (int g : {2, 4, 8, 16, 32, 64}) EXPECT_EQ(att::key_major_item_tokens(g) * g, att::kKeyMajorRows) << g;
+  EXPECT_EQ(att::key_major_item_tokens(2), 32);
+}
+
 // The work items fit their bound.
 TEST(AttentionPlan, KeyMajorItemBound) {
   namespace att = msa::cuda::attention;
