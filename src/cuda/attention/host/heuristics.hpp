@@ -231,9 +231,12 @@ inline constexpr std::int64_t kKeyMajorMinTokens = 8192;
 inline constexpr int kKeyMajorMaxRequests = 1024;
 inline constexpr int kKeyMajorRows = 64;
 inline int key_major_item_tokens(int group) { return kKeyMajorRows / std::max(group, 1); }
-// A CTA counts the items that read a block in one mbarrier's arrivals (four
-// per item, below 2^20): steps of more tokens run the token tiles.
-inline constexpr std::int64_t kKeyMajorMaxTokens = ((std::int64_t(1) << 20) - 2) / 4;
+// A CTA frees a K / V slot once kKeyMajorRelease arrivals reach its mbarrier
+// (the most one counts): four per item that read the block and the rest from
+// the streamer, at least one, so a block's items, each at least one token,
+// stay below kKeyMajorMaxTokens; steps of more tokens run the token tiles.
+inline constexpr std::uint32_t kKeyMajorRelease = (1u << 20) - 1;
+inline constexpr std::int64_t kKeyMajorMaxTokens = (kKeyMajorRelease - 1) / 4;
 enum class KeyMajorMode { off, always, device_choice };
 inline KeyMajorMode key_major_mode(int order, bool half_pages, bool wgmma_tiles, std::int64_t num_tokens,
                                    std::int64_t num_decode_tokens, int num_requests,

@@ -64,12 +64,11 @@ struct KeyMajorTile {
   static constexpr int kBytes = kInfo + kQBufs * int(sizeof(KeyMajorInfo)) + 1024;  // + alignment slack
   // A K / V slot's release counts kKvRelease arrivals: the streamer's
   // kKvRelease - 4 n for a block that n items of the run read, and one per
-  // consumer warp and item (an arrival count is below 2^20).
-  static constexpr std::uint32_t kKvRelease = (1u << 20) - 1;
+  // consumer warp and item (kKeyMajorRelease).
+  static constexpr std::uint32_t kKvRelease = kKeyMajorRelease;
   // Named barriers (0 is __syncthreads): consumer warpgroup w stages its
   // output rows on kStageBar + w.
   static constexpr int kStageBar = 1;
-  static_assert(4 * kKeyMajorMaxTokens < kKvRelease, "a block's items beyond the release count");
   static_assert(kQBufs % kLoaderWarps == 0 && kQBufs % kConsumers == 0, "a buffer per loader and warpgroup");
   static_assert(kConsumers == 3 && kLoadBars >= 6 && kLoadBars % kKvSlots == 0, "full barriers per load (above)");
   static_assert(kK % 1024 == 0 && kQBuf % 1024 == 0, "swizzled tiles need 1 KiB alignment");

@@ -10,10 +10,9 @@
 //  - The streamer (one warp) loads K and V of each started block once, into
 //    slot g % 2 on full barriers g % 6, by TMA; the request's last block has
 //    its unwritten V rows zeroed before it is published. At the block's last
-//    item it arrives on
-//    the slot's release with all but 4 n of its count (n: the run's items on
-//    the block), so that the slot frees once every consumer warp of those
-//    items has arrived.
+//    item it arrives on the slot's release with all but 4 n of its count (n:
+//    the run's items on the block), so that the slot frees once every
+//    consumer warp of those items has arrived.
 //  - Loader warp k (three warps) takes the items i = k, k + 3, ... of the run
 //    into Q buffer i % 6 (k or k + 3): their tokens, slots and keys, their
 //    block's load, and their query rows, by TMA (one box per token, G >= 8:
