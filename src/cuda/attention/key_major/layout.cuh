@@ -18,10 +18,9 @@ inline constexpr int kItemMaxTokens = kKeyMajorRows / 2;
 struct KeyMajorInfo {
   std::int32_t count;      // tokens (rows count x G)
   std::int32_t head;       // KV head
-  std::int32_t block;      // logical block of the request
   std::int32_t kv;         // the CTA's K / V load of the block
   std::int32_t good;       // 0: its page is bad (the load brings nothing, nothing runs)
-  std::int32_t pad[3];
+  std::int32_t pad[4];
   std::int32_t token[kItemMaxTokens];  // query token of item token t
   std::uint8_t keys[kItemMaxTokens];   // its keys of the block: position - first key + 1, in [0, 128]
   std::uint8_t slot[kItemMaxTokens];   // its top-k slot (< 64)

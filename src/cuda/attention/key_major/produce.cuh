@@ -219,7 +219,6 @@ __device__ __forceinline__ void load_key_major_items(const AttendParams& p, cons
       if (lane == 0) {
         info->count = count;
         info->head = it.head;
-        info->block = it.block;
         info->kv = g;
         info->good = good ? 1 : 0;
       }
