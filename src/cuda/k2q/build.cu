@@ -7,10 +7,10 @@
 //      good entry (absent, ineligible or repeated entries get the key past
 //      the last row) and the list's count;
 //   3. the edges (key, flat index) sorted by key, stable (CUB);
-//   4. offsets[r]: the first sorted key >= r, written by the sorted position
-//      where the key steps past r (no per-row histogram, whose atomics meet
-//      on the few rows of a step, and no search per row);
-//   5. tokens and slots of the first nnz sorted edges.
+//   4. one pass over the sorted edges: offsets[r], the first sorted key >= r,
+//      written by the sorted position where the key steps past r (no per-row
+//      histogram, whose atomics meet on the few rows of a step, and no search
+//      per row), and the tokens and slots of the placed edges.
 // The step's plan is a chain of small kernels whose cost is mostly their
 // latency, so each one is a single pass with no dependent round trips.
 #include <cuda_runtime.h>
@@ -171,27 +171,23 @@ __global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::i
 // (a row's edges start there; offsets[total_rows] = the edges placed): sorted
 // position i writes the rows after the key before it, through its own key
 // (position `edges` the rows after the last key). Keys are at most
-// total_rows (the past key), so every row is written once.
-//   keys: [edges] sorted; offsets: [total_rows + 1]
-__global__ void offsets_from_keys(const std::uint32_t* keys, std::int64_t edges, std::int64_t total_rows,
-                                  std::int64_t* offsets) {
+// total_rows (the past key), so every row is written once. A placed edge
+// (key < total_rows) also writes its token and slot.
+//   keys, vals: [edges] sorted (vals: flat indices (t * H + h) * K + k);
+//   offsets: [total_rows + 1]; tokens, slots: [edges]
+__global__ void offsets_and_edges(const std::uint32_t* keys, const std::int32_t* vals, std::int64_t edges,
+                                  std::int64_t total_rows, int num_kv_heads, int topk, std::int64_t* offsets,
+                                  std::int32_t* tokens, std::int32_t* slots) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i > edges) return;
+  const std::int64_t key = i == edges ? total_rows : std::int64_t(keys[i]);
   const std::int64_t from = i == 0 ? 0 : std::int64_t(keys[i - 1]) + 1;
-  const std::int64_t to = i == edges ? total_rows : std::int64_t(keys[i]);
-  for (std::int64_t r = from; r <= to; ++r) offsets[r] = i;
-}
-
-// tokens[i], slots[i] of the first nnz sorted edges.
-//   vals: [edges] sorted flat indices; offsets: [total_rows + 1]
-__global__ void emit_edges(const std::int32_t* vals, const std::int64_t* offsets, std::int64_t total_rows,
-                           std::int64_t edges, int num_kv_heads, int topk, std::int32_t* tokens,
-                           std::int32_t* slots) {
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= edges || i >= offsets[total_rows]) return;
-  const std::int32_t e = vals[i];
-  tokens[i] = e / (num_kv_heads * topk);
-  slots[i] = e % topk;
+  for (std::int64_t r = from; r <= key; ++r) offsets[r] = i;
+  if (key < total_rows) {
+    const std::int32_t e = vals[i];
+    tokens[i] = e / (num_kv_heads * topk);
+    slots[i] = e % topk;
+  }
 }
 
 unsigned grid_for(std::int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
@@ -248,11 +244,8 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
     MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, edges,
                                                    0, l.end_bit, s));
   }
-  offsets_from_keys<<<grid_for(edges + 1), kThreads, 0, s>>>(keys_out, edges, total_rows, plan.offsets);
-  MSA_CUDA_CHECK_LAUNCH();
-  if (edges == 0) return;
-  emit_edges<<<grid_for(edges), kThreads, 0, s>>>(vals_out, plan.offsets, total_rows, edges, num_kv_heads,
-                                                  topk.topk, plan.tokens, plan.slots);
+  offsets_and_edges<<<grid_for(edges + 1), kThreads, 0, s>>>(keys_out, vals_out, edges, total_rows, num_kv_heads,
+                                                             topk.topk, plan.offsets, plan.tokens, plan.slots);
   MSA_CUDA_CHECK_LAUNCH();
 }
 

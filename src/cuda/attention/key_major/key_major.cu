@@ -23,13 +23,14 @@ constexpr int kPrepThreads = 256;
 std::int64_t blocks_for(std::int64_t n, int threads = kPrepThreads) { return (n + threads - 1) / threads; }
 
 // One warp per k2q row (KV head h, request r, block b; rows of head h are
-// h * rows + row_start[r] + b): its edges cut into items of up to T tokens,
-// placed at a reserved run of the item array (stats[0] counts them), the
-// lanes writing every 32nd item.
+// h * rows + row_start[r] + b) of CTA `cta`: its edges cut into items of up to
+// T tokens, placed at a reserved run of the item array (stats[0] counts
+// them), the lanes writing every 32nd item.
 //   offsets: [kv_heads * rows + 1]; items: [max_items]; seq_lens: [num_requests]
-__global__ void write_items(const std::int64_t* offsets, std::int64_t rows, int num_kv_heads,
-                            const std::int32_t* seq_lens, int num_requests, int tokens_per_item,
-                            KeyMajorItem* items, std::int64_t max_items, std::int64_t* stats) {
+__device__ __forceinline__ void write_items(unsigned cta, const std::int64_t* offsets, std::int64_t rows,
+                                            int num_kv_heads, const std::int32_t* seq_lens, int num_requests,
+                                            int tokens_per_item, KeyMajorItem* items, std::int64_t max_items,
+                                            std::int64_t* stats) {
   __shared__ std::int64_t row_start[kKeyMajorMaxRequests + 1];
   for (int r = threadIdx.x; r < num_requests; r += blockDim.x)
     row_start[r + 1] = seq_lens[r] > 0 ? (std::int64_t(seq_lens[r]) + kBlockKeys - 1) / kBlockKeys : 0;
@@ -39,7 +40,7 @@ __global__ void write_items(const std::int64_t* offsets, std::int64_t rows, int 
     for (int r = 0; r < num_requests; ++r) row_start[r + 1] += row_start[r];
   }
   __syncthreads();
-  const std::int64_t row = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const std::int64_t row = (std::int64_t(cta) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows * num_kv_heads) return;
   const std::int64_t first = offsets[row], edges = offsets[row + 1] - first;
@@ -69,32 +70,49 @@ __global__ void write_items(const std::int64_t* offsets, std::int64_t rows, int 
 }
 
 // The (token tile, block) pairs the token-tile kernel would run: edges whose
-// token falls in another tile of T tokens than the previous edge's (stats[1]).
+// token falls in another tile of T tokens than the previous edge's (stats[1]),
+// edges e = cta x threads + thread, then every `ctas` x threads on.
 //   offsets: [kv_heads * rows + 1]; tokens: [edges]
-__global__ void count_tile_rounds(const std::int64_t* offsets, std::int64_t total_rows, const std::int32_t* tokens,
-                                  int tokens_per_tile, std::int64_t* stats) {
+__device__ __forceinline__ void count_tile_rounds(unsigned cta, unsigned ctas, const std::int64_t* offsets,
+                                                  std::int64_t total_rows, const std::int32_t* tokens,
+                                                  int tokens_per_tile, std::int64_t* stats) {
   const std::int64_t nnz = offsets[total_rows];
   long long count = 0;
-  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < nnz;
-       e += std::int64_t(gridDim.x) * blockDim.x)
+  for (std::int64_t e = std::int64_t(cta) * blockDim.x + threadIdx.x; e < nnz; e += std::int64_t(ctas) * blockDim.x)
     count += e == 0 || tokens[e] / tokens_per_tile != tokens[e - 1] / tokens_per_tile;
   for (int o = 16; o > 0; o >>= 1) count += __shfl_xor_sync(0xffffffffu, count, o);
   if ((threadIdx.x & 31) == 0 && count > 0)
     atomicAdd(reinterpret_cast<unsigned long long*>(stats + 1), static_cast<unsigned long long>(count));
 }
 
-// The choice: stats[2] = items when key-major runs (else 0), stats[3] = 0 when it
-// does (else the largest count, so that the token tiles run in full).
-__global__ void choose_kernel(std::int64_t* stats, std::int64_t max_items, bool always) {
-  const std::int64_t items = stats[0] < max_items ? stats[0] : max_items;
-  const bool key_major = prefer_key_major(stats[1], items, always);
-  stats[2] = key_major ? items : 0;
-  stats[3] = key_major ? 0 : std::numeric_limits<std::int64_t>::max();
+// Both counts of the choice in one launch: CTAs [0, item_ctas) write the
+// items (write_items), the others count the tile rounds (count_tile_rounds).
+__global__ void items_and_rounds(unsigned item_ctas, const std::int64_t* offsets, std::int64_t rows,
+                                 int num_kv_heads, const std::int32_t* seq_lens, int num_requests,
+                                 int tokens_per_item, KeyMajorItem* items, std::int64_t max_items,
+                                 const std::int32_t* tokens, int tokens_per_tile, std::int64_t* stats) {
+  if (blockIdx.x < item_ctas)
+    write_items(blockIdx.x, offsets, rows, num_kv_heads, seq_lens, num_requests, tokens_per_item, items, max_items,
+                stats);
+  else
+    count_tile_rounds(blockIdx.x - item_ctas, gridDim.x - item_ctas, offsets, rows * num_kv_heads, tokens,
+                      tokens_per_tile, stats);
 }
 
-// -inf in every partial lse (slots no edge writes stay out of the merge).
-__global__ void fill_lse(float* lse, std::int64_t n, const std::int64_t* gate) {
-  if (*gate == 0) return;
+// The choice (prefer_key_major, from the counts), which every CTA makes alike:
+// CTA 0 writes it, stats[2] = items when key-major runs (else 0), stats[3] =
+// 0 when it does (else the largest count, so that the token tiles run in
+// full); if key-major, -inf in every partial lse (slots no edge writes stay
+// out of the merge).
+__global__ void choose_and_fill_lse(std::int64_t* stats, std::int64_t max_items, bool always, float* lse,
+                                    std::int64_t n) {
+  const std::int64_t items = stats[0] < max_items ? stats[0] : max_items;
+  const bool key_major = prefer_key_major(stats[1], items, always);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    stats[2] = key_major ? items : 0;
+    stats[3] = key_major ? 0 : std::numeric_limits<std::int64_t>::max();
+  }
+  if (!key_major) return;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += std::int64_t(gridDim.x) * blockDim.x)
     lse[i] = -INFINITY;
@@ -195,19 +213,15 @@ void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& sched
   plan.counts = reinterpret_cast<std::int32_t*>(km.base + l.k2q_counts);
   build_k2q(step, args.topk, p.num_kv_heads, rows, plan, km.base + l.k2q_scratch, l.k2q_scratch_bytes, stream,
             check);
-  if (total_rows > 0)
-    write_items<<<dim3(unsigned(blocks_for(total_rows * 32))), kPrepThreads, 0, stream>>>(
-        plan.offsets, rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_item, km.items(),
-        l.km_max_items, km.stats());
-  MSA_CUDA_CHECK_LAUNCH();
   const int sms = device_sm_count();  // grid-stride passes: a few blocks per SM
-  count_tile_rounds<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(plan.offsets, total_rows, km.tokens(),
-                                                                         tokens_per_tile, km.stats());
-  MSA_CUDA_CHECK_LAUNCH();
-  choose_kernel<<<1, 1, 0, stream>>>(km.stats(), l.km_max_items, always);
+  const auto item_ctas = unsigned(blocks_for(total_rows * 32));
+  items_and_rounds<<<dim3(item_ctas + unsigned(4 * sms)), kPrepThreads, 0, stream>>>(
+      item_ctas, plan.offsets, rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_item, km.items(),
+      l.km_max_items, km.tokens(), tokens_per_tile, km.stats());
   MSA_CUDA_CHECK_LAUNCH();
   const std::int64_t partials = std::int64_t(step.num_tokens) * p.num_q_heads * p.topk.topk;
-  fill_lse<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(km.partial_lse(), partials, km.key_major_gate());
+  choose_and_fill_lse<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(km.stats(), l.km_max_items, always,
+                                                                           km.partial_lse(), partials);
   MSA_CUDA_CHECK_LAUNCH();
 }
 
