@@ -111,7 +111,7 @@ struct AttentionWorkspaceMap {
   std::size_t k2q_counts = 0;        // int32 [num_tokens, num_kv_heads]
   std::size_t k2q_scratch = 0, k2q_scratch_bytes = 0;
   std::size_t km_items = 0;          // 32-byte work items [km_max_items]
-  std::size_t km_stats = 0;          // int64 [4]: items, tile rounds, key-major gate, token-tile gate
+  std::size_t km_stats = 0;          // int64 [5]: items, tile rounds, key-major gate, token-tile gate, CTAs done
   std::size_t km_partial_out = 0;    // 16-bit [num_tokens, topk, num_q_heads, 128]
   std::size_t km_partial_lse = 0;    // fp32 [num_tokens, num_q_heads, topk]
   // Widened blocks (fp8 / nvfp4 prefill tiles).

@@ -1,8 +1,8 @@
 // GPU tests of the device k2q plan (msa::cuda::build_k2q): it equals the CPU
 // plan (msa::build_k2q) exactly on random batches (decodes, prefills, padding
 // requests, partial lists, token- and head-major top-k layouts, 1..8 KV heads,
-// top-k 1 / 16 / 64), on a long prefill, on an empty step, and skips and records
-// ineligible and repeated entries.
+// top-k 1 / 16 / 64), on a long prefill, on a step of many requests, on an
+// empty step, and skips and records ineligible and repeated entries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -180,6 +180,34 @@ TEST(CudaK2Q, EmptyStepGivesEmptyRows) {
   ASSERT_EQ(gpu.offsets.size(), std::size_t(2 * 3 + 1));
   for (std::int64_t o : gpu.offsets) EXPECT_EQ(o, 0);
   EXPECT_EQ(check.message(), "");
+}
+
+// More requests than key_edges scans in one CTA (1,024): their first rows
+// come from the separate scan, and the plan still equals the CPU plan.
+TEST(CudaK2Q, ManyRequestsMatchCpuPlan) {
+  MSA_SKIP_WITHOUT_GPU();
+  const std::uint64_t seed = msa::test::seed_for(7150);
+  MSA_TRACE_SEED(seed);
+  std::mt19937 rng{std::uint32_t(seed)};
+  msa::BatchSpec s;
+  s.decode_threshold = 1;
+  for (int i = 0; i < 1500; ++i) {
+    s.query_lens.push_back(1);
+    s.seq_lens.push_back(rng() % 9 == 0 ? 0 : 1 + int(rng() % 2500));
+  }
+  s.query_lens.push_back(300);
+  s.seq_lens.push_back(2300);
+  const msa::BatchMetadata m = msa::build_metadata(s);
+  ASSERT_GT(m.num_requests, 1024);
+  for (const int topk : {16, 40}) {
+    const Topk ids = random_topk(rng, m, 2, topk, false);
+    Topk host = ids;
+    const msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), 2);
+    msa::test::CheckBuffer check;
+    const GpuPlan gpu = gpu_plan(m, ids, 2, check);
+    EXPECT_EQ(check.message(), "");
+    expect_same(cpu, gpu);
+  }
 }
 
 // An ineligible id and a repeat at the end of their lists: the device plan is

@@ -2,12 +2,13 @@
 // radix sort of the (token, head, slot) edges by row, which keeps the tokens of
 // a row in ascending order; the CSR offsets are where each row starts among
 // the sorted keys.
-//   1. row_start: blocks per request, exclusive sum (one CTA);
-//   2. a warp per (token, head) list, a lane per entry: the row key of each
-//      good entry (absent, ineligible or repeated entries get the key past
-//      the last row) and the list's count;
-//   3. the edges (key, flat index) sorted by key, stable (CUB);
-//   4. one pass over the sorted edges: offsets[r], the first sorted key >= r,
+//   1. a lane per (token, head, entry), a half warp or a warp per list: the
+//      row key of each good entry (absent, ineligible or repeated entries get
+//      the key past the last row) and the list's count; each CTA first scans
+//      the requests' blocks into their first rows (one CTA before it where
+//      the requests are too many for its shared memory);
+//   2. the edges (key, flat index) sorted by key, stable (CUB);
+//   3. one pass over the sorted edges: offsets[r], the first sorted key >= r,
 //      written by the sorted position where the key steps past r (no per-row
 //      histogram, whose atomics meet on the few rows of a step, and no search
 //      per row), and the tokens and slots of the placed edges.
@@ -19,12 +20,14 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
 #include "core/checks.hpp"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_check.cuh"
+#include "cuda/k2q/build.hpp"
 #include "msa/common.hpp"
 #include "msa/cuda.hpp"
 #include "msa/error.hpp"
@@ -86,12 +89,13 @@ Layout layout_of(std::int32_t num_tokens, std::int32_t num_requests, int num_kv_
 }
 
 // row_start[r] = the blocks (ceil(seq_len / 128), 0 for padding requests)
-// of the requests before r, r in [0, num_requests]: one CTA, kScanThreads
-// requests at a time.
-//   seq_lens: [num_requests]; row_start: [num_requests + 1]
+// of the requests before r, r in [0, num_requests], by the whole CTA,
+// kScanThreads requests at a time.
+//   seq_lens: [num_requests]; row_start: [num_requests + 1] (global or shared)
 constexpr int kScanThreads = 256;
-__global__ void __launch_bounds__(kScanThreads) row_starts(const std::int32_t* seq_lens, std::int32_t num_requests,
-                                                           std::int64_t* row_start) {
+static_assert(kScanThreads == kThreads, "key_edges scans with its own CTA");
+__device__ __forceinline__ void scan_row_starts(const std::int32_t* seq_lens, std::int32_t num_requests,
+                                                std::int64_t* row_start) {
   using Scan = cub::BlockScan<std::int64_t, kScanThreads>;
   __shared__ typename Scan::TempStorage temp;
   std::int64_t carry = 0;
@@ -103,48 +107,69 @@ __global__ void __launch_bounds__(kScanThreads) row_starts(const std::int32_t* s
     Scan(temp).ExclusiveSum(blocks, before, total);
     if (r <= num_requests) row_start[r] = carry + before;
     carry += total;
-    __syncthreads();  // temp is reused by the next chunk
+    __syncthreads();  // temp is reused by the next chunk; row_start complete after the last
   }
 }
 
-// A warp per (token, KV head) list, a lane per entry (32 at a time): the
-// row key of every entry (past the last row when the entry is not placed)
-// and the list's count. An entry is placed when it lies in the list's valid
-// prefix (before the first -1), is eligible (a block the token may attend),
-// and no earlier entry of the list has the same id.
+// One CTA: row_start of steps with more than kCtaRequests requests, which
+// key_edges then reads instead of scanning them itself.
+constexpr int kCtaRequests = 1024;
+__global__ void __launch_bounds__(kScanThreads) row_starts(const std::int32_t* seq_lens, std::int32_t num_requests,
+                                                           std::int64_t* row_start) {
+  scan_row_starts(seq_lens, num_requests, row_start);
+}
+
+// kLanes lanes per (token, KV head) list (16: two lists a warp, for top-k
+// of at most 16), a lane per entry (kLanes at a time): the row key of every
+// entry (past the last row when the entry is not placed) and the list's
+// count. An entry is placed when it lies in the list's valid prefix (before
+// the first -1), is eligible (a block the token may attend), and no earlier
+// entry of the list has the same id. row_start: the requests' first rows, or
+// null to scan them in the CTA (at most kCtaRequests requests). With
+// unplaced.lse, every query head's lse of an entry not placed is -inf.
 //   keys, vals: [num_tokens * num_kv_heads * topk]; counts: [num_tokens, num_kv_heads]
 //   row_start: [num_requests + 1]
-__global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::int64_t num_rows,
-                          const std::int64_t* row_start, std::uint32_t* keys, std::int32_t* vals,
-                          std::int32_t* counts, std::int64_t* check) {
-  const std::int64_t list = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = int(threadIdx.x & 31);
-  if (list >= std::int64_t(step.num_tokens) * num_kv_heads) return;  // uniform over the warp
-  const int t = int(list / num_kv_heads), h = int(list - std::int64_t(t) * num_kv_heads);
+template <int kLanes>
+__global__ void __launch_bounds__(kThreads) key_edges(StepView step, TopkView topk, int num_kv_heads,
+                                                      std::int64_t num_rows, const std::int64_t* row_start,
+                                                      std::uint32_t* keys, std::int32_t* vals, std::int32_t* counts,
+                                                      K2QUnplacedLse unplaced, std::int64_t* check) {
+  __shared__ std::int64_t cta_row_start[kCtaRequests + 1];
+  if (row_start == nullptr) {
+    scan_row_starts(step.seq_lens, step.num_requests, cta_row_start);
+    row_start = cta_row_start;
+  }
+  const std::int64_t lists = std::int64_t(step.num_tokens) * num_kv_heads;
+  const std::int64_t list = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  if (__all_sync(0xffffffffu, list >= lists)) return;
+  const bool live = list < lists;
+  const int lane = int(threadIdx.x & 31), sub = lane % kLanes;
+  const unsigned mine = kLanes == 32 ? 0xffffffffu : 0xffffu << (lane & 16);  // this list's lanes
+  const unsigned below = mine & ((1u << lane) - 1u), upto = below | (1u << lane);
+  const int t = live ? int(list / num_kv_heads) : 0, h = live ? int(list - std::int64_t(t) * num_kv_heads) : 0;
   const int K = topk.topk;
   const std::uint32_t past = std::uint32_t(num_rows * num_kv_heads);
-  const int r = step.token_request[t];
+  const int r = live ? step.token_request[t] : -1;
   const bool request_ok = r >= 0 && r < step.num_requests;
   const int pos = request_ok ? step.position(t, r) : -1;
   const std::int64_t first_row = request_ok ? std::int64_t(h) * num_rows + row_start[r] : 0;
   const std::int64_t blocks = request_ok ? row_start[r + 1] - row_start[r] : 0;
-  const std::int32_t* ids = topk.row(t, h);  // [K]
-  bool closed = false;                       // a -1 in an earlier chunk
+  const std::int32_t* ids = live ? topk.row(t, h) : nullptr;  // [K]
+  bool closed = false;                                         // a -1 in an earlier chunk
   int placed = 0;
-  for (int k0 = 0; k0 < K; k0 += 32) {
-    const int k = k0 + lane;
+  for (int k0 = 0; k0 < K; k0 += kLanes) {  // uniform: every list has K entries
+    const int k = k0 + sub;
+    const bool in = live && k < K;
     const std::int64_t e = list * K + k;
-    const int id = k < K ? ids[k] : -1;
-    // Lanes at or below this one whose entry ends the valid prefix.
-    const unsigned ends = __ballot_sync(0xffffffffu, k < K && id < 0);
-    const bool open = !closed && id >= 0 && (ends & ((2u << lane) - 1u)) == 0;
-    bool repeat = false;
-    for (int j = 0; j < k0; ++j) repeat = repeat || ids[j] == id;  // earlier chunks (K > 32)
-#pragma unroll 8
-    for (int j = 0; j < 32; ++j) {  // this chunk's lanes below
-      const int other = __shfl_sync(0xffffffffu, id, j);
-      repeat = repeat || (j < lane && other == id);
-    }
+    const int id = in ? ids[k] : -1;
+    // This list's lanes at or below this one whose entry ends the valid prefix.
+    const unsigned ends = __ballot_sync(0xffffffffu, in && id < 0) & mine;
+    const bool open = !closed && id >= 0 && (ends & upto) == 0;
+    // A repeat: the same id at an earlier lane of this list (the other
+    // list's lanes are masked off), or in an earlier chunk (K > kLanes).
+    bool repeat = (__match_any_sync(0xffffffffu, id) & below) != 0;
+    if (in)
+      for (int j = 0; j < k0; ++j) repeat = repeat || ids[j] == id;
     bool good = false;
     if (open) {
       if (pos < 0 || id > pos / kBlockSize || id >= blocks) {
@@ -157,14 +182,18 @@ __global__ void key_edges(StepView step, TopkView topk, int num_kv_heads, std::i
         }
       }
     }
-    if (k < K) {
+    if (in) {
       vals[e] = std::int32_t(e);
       keys[e] = good ? std::uint32_t(first_row + id) : past;
+      if (!good && unplaced.lse != nullptr) {
+        float* lse = unplaced.lse + (list * unplaced.group) * K + k;  // [t, h * group + g, k]
+        for (int g = 0; g < unplaced.group; ++g) lse[std::int64_t(g) * K] = -INFINITY;
+      }
     }
-    placed += __popc(__ballot_sync(0xffffffffu, good));
+    placed += __popc(__ballot_sync(0xffffffffu, good) & mine);
     closed = closed || ends != 0;
   }
-  if (lane == 0) counts[list] = placed;
+  if (live && sub == 0) counts[list] = placed;
 }
 
 // offsets[r] = the first of the sorted keys that is >= r, r in [0, total_rows]
@@ -204,9 +233,9 @@ std::size_t k2q_workspace_bytes(std::int32_t num_tokens, std::int32_t num_reques
   return k2q::layout_of(num_tokens, num_requests, num_kv_heads, topk, num_rows).bytes;
 }
 
-void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std::int64_t num_rows,
-               const K2QDevicePlan& plan, void* workspace, std::size_t workspace_bytes, Stream stream,
-               const DeviceCheck& check) {
+void build_k2q_with(const StepView& step, const TopkView& topk, int num_kv_heads, std::int64_t num_rows,
+                    const K2QDevicePlan& plan, void* workspace, std::size_t workspace_bytes, Stream stream,
+                    const DeviceCheck& check, const K2QUnplacedLse& unplaced) {
   using namespace k2q;
   check::step_shape(step);
   MSA_CHECK(num_kv_heads > 0, "build_k2q: num_kv_heads = ", num_kv_heads, " must be > 0");
@@ -234,11 +263,21 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
   void* temp = ws + l.temp;
   std::size_t temp_bytes = l.temp_bytes;
 
-  row_starts<<<1, kScanThreads, 0, s>>>(step.seq_lens, step.num_requests, row_start);
-  MSA_CUDA_CHECK_LAUNCH();
   if (edges > 0) {
-    key_edges<<<grid_for(std::int64_t(step.num_tokens) * num_kv_heads * 32), kThreads, 0, s>>>(
-        step, topk, num_kv_heads, num_rows, row_start, keys_in, vals_in, plan.counts, check.buffer);
+    // Few requests: each key_edges CTA scans them itself (one launch less).
+    const std::int64_t* starts = nullptr;
+    if (step.num_requests > kCtaRequests) {
+      row_starts<<<1, kScanThreads, 0, s>>>(step.seq_lens, step.num_requests, row_start);
+      MSA_CUDA_CHECK_LAUNCH();
+      starts = row_start;
+    }
+    const std::int64_t lists = std::int64_t(step.num_tokens) * num_kv_heads;
+    if (topk.topk <= 16)
+      key_edges<16><<<grid_for(lists * 16), kThreads, 0, s>>>(step, topk, num_kv_heads, num_rows, starts, keys_in,
+                                                              vals_in, plan.counts, unplaced, check.buffer);
+    else
+      key_edges<32><<<grid_for(lists * 32), kThreads, 0, s>>>(step, topk, num_kv_heads, num_rows, starts, keys_in,
+                                                              vals_in, plan.counts, unplaced, check.buffer);
     MSA_CUDA_CHECK_LAUNCH();
     temp_bytes = l.temp_bytes;
     MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, edges,
@@ -247,6 +286,12 @@ void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std
   offsets_and_edges<<<grid_for(edges + 1), kThreads, 0, s>>>(keys_out, vals_out, edges, total_rows, num_kv_heads,
                                                              topk.topk, plan.offsets, plan.tokens, plan.slots);
   MSA_CUDA_CHECK_LAUNCH();
+}
+
+void build_k2q(const StepView& step, const TopkView& topk, int num_kv_heads, std::int64_t num_rows,
+               const K2QDevicePlan& plan, void* workspace, std::size_t workspace_bytes, Stream stream,
+               const DeviceCheck& check) {
+  build_k2q_with(step, topk, num_kv_heads, num_rows, plan, workspace, workspace_bytes, stream, check, {});
 }
 
 }  // namespace msa::cuda

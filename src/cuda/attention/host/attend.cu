@@ -324,12 +324,14 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
       h = widened_params(p, widen);
     }
     const DType pages = h.cache.dtype;  // bf16 / fp16: the MMA type
-    // The k2q plan and the device's choice first; both kernels launch, the
-    // one not chosen exits at once.
+    // The k2q plan and the device's choice first; under that choice both
+    // kernels launch, the one not chosen exiting at once.
     const KeyMajorBuffers km{s.map, base};
     prepare_key_major(km, s, step, args, h, s.key_major_always, st, check);
-    h.tile_gate = km.tile_gate();
-    launch_wgmma_tiles(h, half_maps, pages, pages == DType::fp16, st);
+    if (!s.key_major_always) {
+      h.tile_gate = km.tile_gate();
+      launch_wgmma_tiles(h, half_maps, pages, pages == DType::fp16, st);
+    }
     AttendParams k = h;
     k.tile_count = s.map.km_max_items;
     k.tile_gate = km.key_major_gate();
@@ -342,7 +344,7 @@ void attend(const AttentionPlan& plan, const StepView& step, const AttentionArgs
                       group, half_maps);
     if (pages == DType::fp16) launch_attend_key_major<true>(k, half_maps, st);
     else launch_attend_key_major<false>(k, half_maps, st);
-    combine_key_major(km, k, st);
+    combine_key_major(km, k, s.key_major_always, st);
     return;
   }
   if (s.prefill == PrefillKernel::widened_tiles) {

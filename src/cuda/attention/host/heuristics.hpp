@@ -230,6 +230,7 @@ inline std::int64_t tile_split_items(std::int64_t tiles, const TileSplit& t) {
 inline constexpr std::int64_t kKeyMajorMinTokens = 8192;
 inline constexpr int kKeyMajorMaxRequests = 1024;
 inline constexpr int kKeyMajorRows = 64;
+inline constexpr int kKeyMajorStats = 5;  // int64 counts and gates of the choice (key_major.hpp)
 inline int key_major_item_tokens(int group) { return kKeyMajorRows / std::max(group, 1); }
 // A CTA frees a K / V slot once kKeyMajorRelease arrivals reach its mbarrier
 // (the most one counts): four per item that read the block and the rest from

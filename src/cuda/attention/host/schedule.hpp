@@ -120,7 +120,7 @@ inline AttentionWorkspaceMap map_workspace(const AttentionSchedule& s, std::size
     m.k2q_scratch_bytes = k2q_bytes;
     m.k2q_scratch = a.take(k2q_bytes);
     m.km_items = a.take(kKeyMajorItemBytes * std::size_t(m.km_max_items));
-    m.km_stats = a.take(4 * sizeof(std::int64_t));
+    m.km_stats = a.take(kKeyMajorStats * sizeof(std::int64_t));
     m.km_partial_out = a.take(partials * kDim16Bytes);
     m.km_partial_lse = a.take(partials * sizeof(float));
   }

@@ -98,6 +98,12 @@ __device__ __forceinline__ void consume_key_major_items(const AttendParams& p, c
     if (!runs) {
       __syncwarp();
       if (sm90::elect_one()) sm90::mbar_arrive(bar.kv_empty(s));
+      // No partial: lse -inf, which leaves the slot out of the merge.
+      std::int64_t at[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r).lse;
+      const float none[2] = {-INFINITY, -INFINITY}, empty[2] = {0.0f, 0.0f};
+      write_tile_lse(c, none, empty, at, p.km_partial_lse);
     } else {
       float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
       std::uint32_t pa[8][4];

@@ -1,11 +1,12 @@
 // The steps around the key-major launch (key_major.hpp): work items from the
-// k2q plan, the device's choice, the partials' -inf fill, and the merge of
-// each token's partials (lse-weighted, like the split merge of decode rows).
+// k2q plan, the device's choice, and the merge of each token's partials
+// (lse-weighted, like the split merge of decode rows).
 #include "cuda/attention/key_major/key_major.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -13,6 +14,7 @@
 #include "cuda/attention/decode/epilogue.cuh"
 #include "cuda/common/check.cuh"
 #include "cuda/common/device.hpp"
+#include "cuda/k2q/build.hpp"
 #include "msa/error.hpp"
 
 namespace msa::cuda::attention {
@@ -85,37 +87,38 @@ __device__ __forceinline__ void count_tile_rounds(unsigned cta, unsigned ctas, c
     atomicAdd(reinterpret_cast<unsigned long long*>(stats + 1), static_cast<unsigned long long>(count));
 }
 
-// Both counts of the choice in one launch: CTAs [0, item_ctas) write the
-// items (write_items), the others count the tile rounds (count_tile_rounds).
+// The choice (prefer_key_major, from the counts), made by the CTA of
+// items_and_rounds that finishes last (stats[4] counts the CTAs done):
+// stats[2] = items when key-major runs (else 0), stats[3] = 0 when it does
+// (else the largest count, so that the token tiles run in full).
+__device__ __forceinline__ void choose_when_last(std::int64_t* stats, std::int64_t max_items, bool always) {
+  __threadfence();  // this thread's counts before its CTA's arrival
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  const unsigned long long done = atomicAdd(reinterpret_cast<unsigned long long*>(stats + 4), 1ull);
+  if (done + 1 != gridDim.x) return;
+  __threadfence();  // the other CTAs' counts, which their arrivals follow
+  const volatile std::int64_t* counts = stats;
+  const std::int64_t items = counts[0] < max_items ? counts[0] : max_items;
+  const bool key_major = prefer_key_major(counts[1], items, always);
+  stats[2] = key_major ? items : 0;
+  stats[3] = key_major ? 0 : std::numeric_limits<std::int64_t>::max();
+}
+
+// Both counts of the choice and the choice in one launch: CTAs [0,
+// item_ctas) write the items (write_items), the others count the tile rounds
+// (count_tile_rounds), and the last CTA done chooses.
 __global__ void items_and_rounds(unsigned item_ctas, const std::int64_t* offsets, std::int64_t rows,
                                  int num_kv_heads, const std::int32_t* seq_lens, int num_requests,
                                  int tokens_per_item, KeyMajorItem* items, std::int64_t max_items,
-                                 const std::int32_t* tokens, int tokens_per_tile, std::int64_t* stats) {
+                                 const std::int32_t* tokens, int tokens_per_tile, bool always, std::int64_t* stats) {
   if (blockIdx.x < item_ctas)
     write_items(blockIdx.x, offsets, rows, num_kv_heads, seq_lens, num_requests, tokens_per_item, items, max_items,
                 stats);
   else
     count_tile_rounds(blockIdx.x - item_ctas, gridDim.x - item_ctas, offsets, rows * num_kv_heads, tokens,
                       tokens_per_tile, stats);
-}
-
-// The choice (prefer_key_major, from the counts), which every CTA makes alike:
-// CTA 0 writes it, stats[2] = items when key-major runs (else 0), stats[3] =
-// 0 when it does (else the largest count, so that the token tiles run in
-// full); if key-major, -inf in every partial lse (slots no edge writes stay
-// out of the merge).
-__global__ void choose_and_fill_lse(std::int64_t* stats, std::int64_t max_items, bool always, float* lse,
-                                    std::int64_t n) {
-  const std::int64_t items = stats[0] < max_items ? stats[0] : max_items;
-  const bool key_major = prefer_key_major(stats[1], items, always);
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
-    stats[2] = key_major ? items : 0;
-    stats[3] = key_major ? 0 : std::numeric_limits<std::int64_t>::max();
-  }
-  if (!key_major) return;
-  for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += std::int64_t(gridDim.x) * blockDim.x)
-    lse[i] = -INFINITY;
+  choose_when_last(stats, max_items, always);
 }
 
 template <bool kF16>
@@ -124,26 +127,23 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
   else return __uint_as_float(std::uint32_t(x) << 16);
 }
 
-// One warp per (token, query head) row in [first_row, end_row): out = sum_k
+// One (token, query head) row on one warp: out = sum_k
 // w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
 // row r's slot k is partial_out row (r / heads x topk + k) x heads + r % heads
 // (heads 1: [rows, topk] slots of a row together; the query heads: [tokens,
 // topk, heads], a slot's heads of a token together);
 // 0 and -inf when no slot has a partial; a row whose slot 0 holds +inf (a
 // token tile that ran whole in a step whose last tiles split) is left as it
-// is. Runs when gate is null or *gate != 0. The row is memory-bound: each
-// half-warp takes every other slot, a lane 8 of the 128 dims (16-byte loads),
-// with four slots per half in flight; the halves add up at the end. A slot
-// of weight 0 is not read (its partial may never have been written).
+// is. The row is memory-bound: each half-warp takes every other slot, a lane
+// 8 of the 128 dims (16-byte loads), with four slots per half in flight; the
+// halves add up at the end. A slot of weight 0 is not read (its partial may
+// never have been written). The warp's row `row`:
 //   partial_out: [rows / heads, topk, heads, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
 template <bool kF16>
-__global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk, int heads,
-                               std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse,
-                               const std::int64_t* gate) {
-  if (gate != nullptr && *gate == 0) return;
-  const std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+__device__ __forceinline__ void merge_row(std::int64_t row, const std::uint16_t* partial_out,
+                                          const float* partial_lse, int topk, int heads, std::uint16_t* out,
+                                          float* lse) {
   const int lane = threadIdx.x & 31;
-  if (row >= end_row) return;
   const float* l = partial_lse + row * topk;
   const float a = lane < topk ? l[lane] : -INFINITY, b = lane + 32 < topk ? l[lane + 32] : -INFINITY;
   if (__shfl_sync(0xffffffffu, a, 0) == INFINITY) return;  // uniform over the warp
@@ -193,6 +193,28 @@ __global__ void merge_partials(const std::uint16_t* partial_out, const float* pa
   if (lse != nullptr && lane == 0) lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 }
 
+// A warp per row of [first_row, end_row).
+template <bool kF16>
+__global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk, int heads,
+                               std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse) {
+  const std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (row < end_row) merge_row<kF16>(row, partial_out, partial_lse, topk, heads, out, lse);
+}
+
+// The same rows on one wave of CTAs, each warp taking every so many, when
+// *gate != 0: a step whose device chose the token tiles exits here at the
+// cost of one wave, not of a CTA per eight rows.
+template <bool kF16>
+__global__ void merge_partials_gated(const std::uint16_t* partial_out, const float* partial_lse, int topk, int heads,
+                                     std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse,
+                                     const std::int64_t* gate) {
+  if (*gate == 0) return;
+  const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
+  for (std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < end_row;
+       row += warps)
+    merge_row<kF16>(row, partial_out, partial_lse, topk, heads, out, lse);
+}
+
 }  // namespace
 
 void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& schedule, const StepView& step,
@@ -205,49 +227,69 @@ void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& sched
   MSA_CHECK(step.num_requests <= kKeyMajorMaxRequests, "attend: key-major step with ", step.num_requests,
             " requests, at most ", kKeyMajorMaxRequests);
   const std::int64_t total_rows = rows * p.num_kv_heads;
-  MSA_CUDA_CHECK(cudaMemsetAsync(km.stats(), 0, 4 * sizeof(std::int64_t), stream));
+  MSA_CUDA_CHECK(cudaMemsetAsync(km.stats(), 0, kKeyMajorStats * sizeof(std::int64_t), stream));
   K2QDevicePlan plan;
   plan.offsets = reinterpret_cast<std::int64_t*>(km.base + l.k2q_offsets);
   plan.tokens = km.tokens();
   plan.slots = km.slots();
   plan.counts = reinterpret_cast<std::int32_t*>(km.base + l.k2q_counts);
-  build_k2q(step, args.topk, p.num_kv_heads, rows, plan, km.base + l.k2q_scratch, l.k2q_scratch_bytes, stream,
-            check);
+  // The partials no edge writes: -inf lse, left out of the merge.
+  const K2QUnplacedLse unplaced{km.partial_lse(), p.group};
+  build_k2q_with(step, args.topk, p.num_kv_heads, rows, plan, km.base + l.k2q_scratch, l.k2q_scratch_bytes, stream,
+                 check, unplaced);
   const int sms = device_sm_count();  // grid-stride passes: a few blocks per SM
   const auto item_ctas = unsigned(blocks_for(total_rows * 32));
   items_and_rounds<<<dim3(item_ctas + unsigned(4 * sms)), kPrepThreads, 0, stream>>>(
       item_ctas, plan.offsets, rows, p.num_kv_heads, p.seq_lens, step.num_requests, tokens_per_item, km.items(),
-      l.km_max_items, km.tokens(), tokens_per_tile, km.stats());
-  MSA_CUDA_CHECK_LAUNCH();
-  const std::int64_t partials = std::int64_t(step.num_tokens) * p.num_q_heads * p.topk.topk;
-  choose_and_fill_lse<<<dim3(unsigned(4 * sms)), kPrepThreads, 0, stream>>>(km.stats(), l.km_max_items, always,
-                                                                           km.partial_lse(), partials);
+      l.km_max_items, km.tokens(), tokens_per_tile, always, km.stats());
   MSA_CUDA_CHECK_LAUNCH();
 }
 
 namespace {
 
-// merge_partials over rows [first_row, end_row) of out / lse (heads: merge_partials).
+// CTAs of merge_partials_gated resident on one SM, asked once per instance.
+template <bool kF16>
+int merge_wave_blocks() {
+  static const int blocks = [] {
+    int n = 0;
+    MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, merge_partials_gated<kF16>, kPrepThreads, 0));
+    return n > 0 ? n : 1;
+  }();
+  return blocks;
+}
+
+// Rows [first_row, end_row) of out / lse (heads: merge_row): a warp per row,
+// or, with a gate, one wave of CTAs that runs them only when *gate != 0.
+template <bool kF16>
+void merge_rows_as(const std::uint16_t* po, const float* partial_lse, int slots, int heads, std::int64_t first_row,
+                   std::int64_t end_row, std::uint16_t* out, float* lse, const std::int64_t* gate,
+                   cudaStream_t stream) {
+  const std::int64_t per_row = blocks_for((end_row - first_row) * 32);
+  if (gate == nullptr) {
+    merge_partials<kF16><<<dim3(unsigned(per_row)), kPrepThreads, 0, stream>>>(po, partial_lse, slots, heads,
+                                                                              first_row, end_row, out, lse);
+  } else {
+    const std::int64_t wave = std::int64_t(merge_wave_blocks<kF16>()) * device_sm_count();
+    merge_partials_gated<kF16><<<dim3(unsigned(std::min(per_row, wave))), kPrepThreads, 0, stream>>>(
+        po, partial_lse, slots, heads, first_row, end_row, out, lse, gate);
+  }
+  MSA_CUDA_CHECK_LAUNCH();
+}
+
 void merge_rows(const void* partial_out, const float* partial_lse, int slots, int heads, std::int64_t first_row,
                 std::int64_t end_row, const AttendParams& p, const std::int64_t* gate, cudaStream_t stream) {
   if (end_row <= first_row) return;
-  const auto grid = dim3(unsigned(blocks_for((end_row - first_row) * 32)));
   const auto* po = static_cast<const std::uint16_t*>(partial_out);
   auto* out = static_cast<std::uint16_t*>(p.out);
-  if (p.out_fp16)
-    merge_partials<true><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, heads, first_row, end_row, out,
-                                                            p.lse, gate);
-  else
-    merge_partials<false><<<grid, kPrepThreads, 0, stream>>>(po, partial_lse, slots, heads, first_row, end_row, out,
-                                                             p.lse, gate);
-  MSA_CUDA_CHECK_LAUNCH();
+  if (p.out_fp16) merge_rows_as<true>(po, partial_lse, slots, heads, first_row, end_row, out, p.lse, gate, stream);
+  else merge_rows_as<false>(po, partial_lse, slots, heads, first_row, end_row, out, p.lse, gate, stream);
 }
 
 }  // namespace
 
-void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream) {
+void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, bool always, cudaStream_t stream) {
   merge_rows(km.partial_out(), km.partial_lse(), p.topk.topk, p.num_q_heads, 0,
-             std::int64_t(p.num_tokens) * p.num_q_heads, p, km.key_major_gate(), stream);
+             std::int64_t(p.num_tokens) * p.num_q_heads, p, always ? nullptr : km.key_major_gate(), stream);
 }
 
 void combine_tile_splits(const AttendParams& p, cudaStream_t stream) {

@@ -25,22 +25,23 @@ struct KeyMajorBuffers {
   std::int32_t* slots() const { return reinterpret_cast<std::int32_t*>(base + map.k2q_slots); }
   void* partial_out() const { return base + map.km_partial_out; }
   float* partial_lse() const { return reinterpret_cast<float*>(base + map.km_partial_lse); }
-  // stats: [0] items written, [1] tile rounds, [2] key-major gate, [3] token-tile gate
+  // stats: [0] items written, [1] tile rounds, [2] key-major gate, [3] token-tile gate,
+  // [4] CTAs done counting (kKeyMajorStats)
   const std::int64_t* key_major_gate() const { return stats() + 2; }
   const std::int64_t* tile_gate() const { return stats() + 3; }
 };
 
-// Enqueues on `stream`: the k2q plan (msa::cuda::build_k2q), the work items of
-// key_major_item_tokens tokens, the choice (prefer_key_major; `always`:
-// the order is key-major) into the gates, and, if key-major, -inf in every
-// partial lse.
+// Enqueues on `stream`: the k2q plan (msa::cuda::build_k2q), with -inf in
+// the lse of every partial that no edge writes; the work items of
+// key_major_item_tokens tokens; the choice (prefer_key_major; `always`: the
+// order is key-major) into the gates.
 void prepare_key_major(const KeyMajorBuffers& km, const AttentionSchedule& schedule, const StepView& step,
                        const AttentionArgs& args, const AttendParams& p, bool always, cudaStream_t stream,
                        const DeviceCheck& check);
 
-// Merges each (token, query head)'s partials into p.out / p.lse, if the
-// device chose key-major.
-void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, cudaStream_t stream);
+// Merges each (token, query head)'s partials into p.out / p.lse: always
+// (`always`), or if the device chose key-major.
+void combine_key_major(const KeyMajorBuffers& km, const AttendParams& p, bool always, cudaStream_t stream);
 // Merges the split tiles' partials (p.tile_partial_out / lse, p.tile_splits
 // slots per row) of the prefill rows into p.out / p.lse.
 void combine_tile_splits(const AttendParams& p, cudaStream_t stream);
