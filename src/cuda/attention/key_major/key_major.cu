@@ -137,15 +137,22 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
 // is. The row is memory-bound: each half-warp takes every other slot, a lane
 // 8 of the 128 dims (16-byte loads), with four slots per half in flight; the
 // halves add up at the end. A slot of weight 0 is not read (its partial may
-// never have been written). The warp's row `row`:
+// never have been written). The warp's row `row`, whose slots' lse this lane
+// read (RowLse):
 //   partial_out: [rows / heads, topk, heads, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
-template <bool kF16>
-__device__ __forceinline__ void merge_row(std::int64_t row, const std::uint16_t* partial_out,
-                                          const float* partial_lse, int topk, int heads, std::uint16_t* out,
-                                          float* lse) {
+struct RowLse {
+  float a, b;  // slots lane and lane + 32 (-inf past topk)
+};
+__device__ __forceinline__ RowLse row_lse(const float* partial_lse, std::int64_t row, int topk) {
   const int lane = threadIdx.x & 31;
   const float* l = partial_lse + row * topk;
-  const float a = lane < topk ? l[lane] : -INFINITY, b = lane + 32 < topk ? l[lane + 32] : -INFINITY;
+  return {lane < topk ? l[lane] : -INFINITY, lane + 32 < topk ? l[lane + 32] : -INFINITY};
+}
+template <bool kF16>
+__device__ __forceinline__ void merge_row(std::int64_t row, RowLse slots, const std::uint16_t* partial_out, int topk,
+                                          int heads, std::uint16_t* out, float* lse) {
+  const int lane = threadIdx.x & 31;
+  const float a = slots.a, b = slots.b;
   if (__shfl_sync(0xffffffffu, a, 0) == INFINITY) return;  // uniform over the warp
   float mx = fmaxf(a, b);
   for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -198,21 +205,27 @@ template <bool kF16>
 __global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk, int heads,
                                std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse) {
   const std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row < end_row) merge_row<kF16>(row, partial_out, partial_lse, topk, heads, out, lse);
+  if (row < end_row) merge_row<kF16>(row, row_lse(partial_lse, row, topk), partial_out, topk, heads, out, lse);
 }
 
-// The same rows on one wave of CTAs, each warp taking every so many, when
-// *gate != 0: a step whose device chose the token tiles exits here at the
-// cost of one wave, not of a CTA per eight rows.
+// The same rows on one wave of CTAs, each warp taking every so many and
+// reading its next row's lse before this row's partials, when *gate != 0: a
+// step whose device chose the token tiles exits here at the cost of one
+// wave, not of a CTA per eight rows.
 template <bool kF16>
 __global__ void merge_partials_gated(const std::uint16_t* partial_out, const float* partial_lse, int topk, int heads,
                                      std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse,
                                      const std::int64_t* gate) {
   if (*gate == 0) return;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
-  for (std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < end_row;
-       row += warps)
-    merge_row<kF16>(row, partial_out, partial_lse, topk, heads, out, lse);
+  std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  RowLse slots = row < end_row ? row_lse(partial_lse, row, topk) : RowLse{-INFINITY, -INFINITY};
+  for (; row < end_row; row += warps) {
+    const std::int64_t next = row + warps;
+    const RowLse after = next < end_row ? row_lse(partial_lse, next, topk) : RowLse{-INFINITY, -INFINITY};
+    merge_row<kF16>(row, slots, partial_out, topk, heads, out, lse);
+    slots = after;
+  }
 }
 
 }  // namespace
