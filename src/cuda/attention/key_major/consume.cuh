@@ -6,7 +6,9 @@
 // and stored to their partials ([tokens, topk, q_heads, 128]: a token's G
 // rows for one slot lie together), by TMA where G >= 8, with their lse. The
 // warpgroups do not take turns: with three of them, one's softmax or
-// epilogue runs while the others' MMAs do.
+// epilogue runs while the others' MMAs do. Within a warpgroup, an item's QK
+// is issued as soon as the item before has staged its rows, and runs while
+// they are stored.
 #pragma once
 
 #include <cstdint>
@@ -71,86 +73,129 @@ __device__ __forceinline__ void store_key_major_rows(const AttendParams& p, cons
   sm90::bulk_commit();
 }
 
-// Warpgroup wg's items of the CTA's `items`, in order.
+// An item of a consumer warpgroup once its rows and its K tile are in: Q
+// buffer b, K / V slot s of load bars h (parity), and whether its page is good.
+struct KeyMajorOpen {
+  int b, s, h;
+  std::uint32_t parity;
+  bool runs;
+};
+
+// Waits for item i's rows and K tile and issues its QK (S = Q K^T into sc,
+// waited for by the item itself); a bad page's too (its scores are not
+// used), so that every wait has its one group in flight.
+template <bool kF16>
+__device__ __forceinline__ KeyMajorOpen open_key_major_item(unsigned char* smem, const KeyMajorBars& bar, int i,
+                                                            float (&sc)[64]) {
+  using W = KeyMajorTile;
+  const KeyMajorInfo* infos = reinterpret_cast<const KeyMajorInfo*>(smem + W::kInfo);
+  KeyMajorOpen it;
+  it.b = i % W::kQBufs;
+  sm90::mbar_wait(bar.q_full(it.b), std::uint32_t((i / W::kQBufs) & 1));
+  const int kv = sm90::warp_uniform(infos[it.b].kv);
+  it.runs = sm90::warp_uniform(infos[it.b].good) != 0;
+  it.s = kv % W::kKvSlots;
+  it.h = kv % W::kLoadBars;
+  it.parity = std::uint32_t((kv / W::kLoadBars) & 1);
+  // Every item waits for its load (a bad page's brings nothing) and releases it.
+  sm90::mbar_wait(bar.k_full(it.h), it.parity);
+  sm90::fence_registers(sc);
+  sm90::wgmma_fence();
+  issue_qk<kF16>(sc, smem_u32(smem + W::kQ + it.b * W::kQBuf), smem_u32(smem + W::kK), it.s);
+  sm90::wgmma_commit();
+  return it;
+}
+
+// Warpgroup wg's item i (opened: `it`, its QK in flight into sc) to the end:
+// the scores' wait, the softmax, PV, the rows staged; then (kNext) item
+// next opened, its QK in flight while this item's rows are stored and their
+// lse written; then the item's Q buffer handed back. kNext is a template
+// argument, not a branch: ptxas keeps a wgmma in flight only across code
+// without joins of paths that differ in it.
+template <bool kF16, bool kNext>
+__device__ __forceinline__ KeyMajorOpen finish_key_major_item(const AttendParams& p, const KvMaps& maps,
+                                                              unsigned char* smem, const KeyMajorBars& bar,
+                                                              const Consumer& c, int wg, int t, KeyMajorOpen it,
+                                                              int next, float (&sc)[64]) {
+  using W = KeyMajorTile;
+  const bool by_tma = maps.has_partials != 0;  // the rows out by TMA (store_key_major_rows)
+  const KeyMajorInfo& info = reinterpret_cast<const KeyMajorInfo*>(smem + W::kInfo)[it.b];
+  unsigned char* stage = smem + W::kQ + it.b * W::kQBuf;
+  float m[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+  sm90::wgmma_wait<0>();
+  sm90::fence_registers(sc);
+  if (!it.runs) {
+    __syncwarp();
+    if (sm90::elect_one()) sm90::mbar_arrive(bar.kv_empty(it.s));
+  } else {
+    float o[64], l[2] = {0.0f, 0.0f};
+    std::uint32_t pa[8][4];
+    const int count = sm90::warp_uniform(info.count);
+    int limit[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int tok = (c.row0 + 8 * r) >> group_shift(p);
+      limit[r] = tok < count ? int(info.keys[tok]) : 0;
+    }
+    // One block per row: no output yet to rescale (PV writes O fresh).
+    softmax_scores_any(sc, m, l, limit[0], limit[1], p.score_scale_log2, c.col);
+    softmax_output<kF16>(sc, o, pa, Rescale{});
+    // O = P V.
+    sm90::mbar_wait(bar.v_full(it.h), it.parity);
+    round_pv<kF16, true>(o, pa, smem_u32(smem + W::kV), it.s, [] {});
+    // The slot's release: one arrival per consumer warp and item.
+    __syncwarp();
+    if (sm90::elect_one()) sm90::mbar_arrive(bar.kv_empty(it.s));
+    row_sums(l, sum);
+    // The warpgroup's wgmma reads of its Q rows are done before they are overwritten.
+    sm90::fence_proxy_async();
+    sm90::named_barrier_sync(W::kStageBar + wg, 128);
+    stage_tile_rows(p, c, o, sum, smem_u32(stage));
+    if (by_tma) sm90::fence_proxy_async();  // the staged rows before the TMA's reads
+  }
+  std::int64_t at[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r).lse;
+  KeyMajorOpen opened{};
+  if constexpr (kNext) opened = open_key_major_item<kF16>(smem, bar, next, sc);
+  if (it.runs) {
+    sm90::named_barrier_sync(W::kStageBar + wg, 128);
+    if (by_tma) {
+      if (issues_stores(c)) store_key_major_rows(p, maps, info, smem_u32(stage));
+    } else {
+      copy_key_major_rows(p, info, t, stage, static_cast<std::uint16_t*>(p.km_partial_out));
+    }
+  }
+  // (-inf where no partial was written: the slot is left out of the merge.)
+  write_tile_lse(c, m, sum, at, p.km_partial_lse);
+  // The buffer goes back to its loader: every thread's reads of it (the
+  // description, the staged rows; the TMA's reads of them) are done, and
+  // ordered before the TMA's writes of the next item's rows.
+  if (by_tma && it.runs && issues_stores(c)) sm90::bulk_wait_read();
+  sm90::fence_proxy_async();
+  sm90::mbar_arrive(bar.q_empty(it.b));
+  return opened;
+}
+
+// Warpgroup wg's items of the CTA's `items` (wg, wg + C, ...), in order,
+// software-pipelined: an item's QK is issued once the item before it has
+// staged its rows, and runs while those are stored.
 template <bool kF16>
 __device__ __forceinline__ void consume_key_major_items(const AttendParams& p, const KvMaps& maps,
                                                         unsigned char* smem, const KeyMajorBars& bar, int items,
                                                         int wg, int warp, int lane) {
   using W = KeyMajorTile;
-  const float scale = p.score_scale_log2;
-  const bool by_tma = maps.has_partials != 0;  // the rows out by TMA (store_key_major_rows)
+  if (wg >= items) return;
   // The shared epilogue helpers see one warpgroup of 64 rows (wg 0).
   const Consumer c{smem, WgmmaBars{0}, items, 0, lane, 16 * (warp & 3) + (lane >> 2), 2 * (lane & 3), 0, 0};
-  const std::uint32_t k_base = smem_u32(smem + W::kK), v_base = smem_u32(smem + W::kV);
   const int t = 32 * (warp & 3) + lane;  // the thread in its warpgroup
-  auto no_turn = [] {};
-  for (int i = wg; i < items; i += W::kConsumers) {
-    const int b = i % W::kQBufs;
-    sm90::mbar_wait(bar.q_full(b), std::uint32_t((i / W::kQBufs) & 1));
-    const KeyMajorInfo& info = reinterpret_cast<const KeyMajorInfo*>(smem + W::kInfo)[b];
-    const int count = sm90::warp_uniform(info.count), kv = sm90::warp_uniform(info.kv);
-    const bool runs = sm90::warp_uniform(info.good) != 0;  // a good page
-    const int s = kv % W::kKvSlots, h = kv % W::kLoadBars;
-    const std::uint32_t parity = std::uint32_t((kv / W::kLoadBars) & 1);
-    const std::uint32_t q_base = smem_u32(smem + W::kQ + b * W::kQBuf);
-    // Every item waits for its load (a bad page's brings nothing) and releases it.
-    sm90::mbar_wait(bar.k_full(h), parity);
-    if (!runs) {
-      __syncwarp();
-      if (sm90::elect_one()) sm90::mbar_arrive(bar.kv_empty(s));
-      // No partial: lse -inf, which leaves the slot out of the merge.
-      std::int64_t at[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r).lse;
-      const float none[2] = {-INFINITY, -INFINITY}, empty[2] = {0.0f, 0.0f};
-      write_tile_lse(c, none, empty, at, p.km_partial_lse);
-    } else {
-      float o[64], sc[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-      std::uint32_t pa[8][4];
-      // S = Q K^T.
-      round_qk<kF16>(sc, q_base, k_base, s, no_turn);
-      int limit[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int tok = (c.row0 + 8 * r) >> group_shift(p);
-        limit[r] = tok < count ? int(info.keys[tok]) : 0;
-      }
-      // One block per row: no output yet to rescale (PV writes O fresh).
-      softmax_scores_any(sc, m, l, limit[0], limit[1], scale, c.col);
-      softmax_output<kF16>(sc, o, pa, Rescale{});
-      // O = P V.
-      sm90::mbar_wait(bar.v_full(h), parity);
-      round_pv<kF16, true>(o, pa, v_base, s, no_turn);
-      // The slot's release: one arrival per consumer warp and item.
-      __syncwarp();
-      if (sm90::elect_one()) sm90::mbar_arrive(bar.kv_empty(s));
-      unsigned char* stage = smem + W::kQ + b * W::kQBuf;
-      float sum[2];
-      row_sums(l, sum);
-      std::int64_t at[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r).lse;
-      // The warpgroup's wgmma reads of its Q rows are done before they are overwritten.
-      sm90::fence_proxy_async();
-      sm90::named_barrier_sync(W::kStageBar + wg, 128);
-      stage_tile_rows(p, c, o, sum, smem_u32(stage));
-      if (by_tma) sm90::fence_proxy_async();  // the staged rows before the TMA's reads
-      sm90::named_barrier_sync(W::kStageBar + wg, 128);
-      if (by_tma) {
-        if (issues_stores(c)) store_key_major_rows(p, maps, info, smem_u32(stage));
-      } else {
-        copy_key_major_rows(p, info, t, stage, static_cast<std::uint16_t*>(p.km_partial_out));
-      }
-      write_tile_lse(c, m, sum, at, p.km_partial_lse);
-    }
-    // The buffer goes back to its loader: every thread's reads of it (the
-    // description, the staged rows; the TMA's reads of them) are done, and
-    // ordered before the TMA's writes of the next item's rows.
-    if (by_tma && runs && issues_stores(c)) sm90::bulk_wait_read();
-    sm90::fence_proxy_async();
-    sm90::mbar_arrive(bar.q_empty(b));
-  }
-  if (by_tma && issues_stores(c)) sm90::bulk_wait();
+  float sc[64];
+  KeyMajorOpen it = open_key_major_item<kF16>(smem, bar, wg, sc);
+  int i = wg;
+  for (; i + W::kConsumers < items; i += W::kConsumers)
+    it = finish_key_major_item<kF16, true>(p, maps, smem, bar, c, wg, t, it, i + W::kConsumers, sc);
+  finish_key_major_item<kF16, false>(p, maps, smem, bar, c, wg, t, it, 0, sc);
+  if (maps.has_partials != 0 && issues_stores(c)) sm90::bulk_wait();
 }
 
 }  // namespace msa::cuda::attention
