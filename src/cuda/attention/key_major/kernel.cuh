@@ -14,7 +14,8 @@
 //  - Three consumer warpgroups (key_major/consume.cuh) each run whole items
 //    (every third of the run): QK, the one-pass softmax, PV, then the rows
 //    staged in their Q buffer and copied out. A warpgroup's softmax and
-//    epilogue overlap the other two's MMAs.
+//    epilogue overlap the other two's MMAs, and its next item's QK runs
+//    while its rows go out.
 #pragma once
 
 #include <cuda_runtime.h>
