@@ -150,8 +150,10 @@ void run_case(const Case& c, const std::string& expect_recorded = "", Inputs* pr
   opt.check = expect_recorded.empty();  // bad entries: the CPU engine skips them unchecked
   msa::cpu::pre_attention(cpu.view(cpu.cache.data(), cpu.k_scales.data(), cpu.v_scales.data()),
                           cpu.index_view(cpu.index_cache.data()), cpu.args(), opt);
-  for (Kernel kernel : {Kernel::warps, Kernel::staged}) {
-    SCOPED_TRACE(kernel == Kernel::warps ? "warps' kernel" : "staged kernel");
+  for (Kernel kernel : {Kernel::warps, Kernel::strided, Kernel::staged}) {
+    SCOPED_TRACE(kernel == Kernel::warps     ? "warps' kernel"
+                 : kernel == Kernel::strided ? "warps' kernel, strided passes"
+                                             : "staged kernel");
     compare_kernel(c, expect_recorded, in, cpu, kernel);
   }
 }

@@ -7,11 +7,12 @@
 // head-major within a tile (in a spreading order of the heads, place_of), so
 // the four groups of a warp take one head of four consecutive tokens. A
 // persistent grid of independent warps; each takes an equal contiguous run of
-// the steps (four items each). While it processes step k, the qkv row parts
-// of steps k + 1 .. k + kAhead are in flight into its staging slots in shared
-// memory (cp.async, no registers held), and the small per-token values of
-// step k + 1 in registers; rows that do not start on 16 bytes are loaded as
-// they are processed.
+// the steps (four items each), or, in the long steps of 16-bit and fp8
+// caches, one step in each pass over the grid's warps (use_strided). While it
+// processes step k, the qkv row parts of steps k + 1 .. k + kAhead are in
+// flight into its staging slots in shared memory (cp.async, no registers
+// held), and the small per-token values of step k + 1 in registers; rows that
+// do not start on 16 bytes are loaded as they are processed.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -112,8 +113,12 @@ __device__ __forceinline__ void read_row(const PreAttentionParams& p, const Item
 // aligned (checked at launch): the row parts of step k + kAhead are copied
 // into the warp's staging slots (cp.async) while it processes step k, and the
 // other accesses are single vector ones. Otherwise the rows are loaded when
-// processed.
-template <int Src, int Dst, bool Vec>
+// processed. Strided: warp w's k-th step is k warps + (w + k) mod warps (pass
+// k covers steps [k warps, (k + 1) warps), so that the grid works on
+// neighbouring tokens at any time; the rotation moves each warp on by one tile
+// position a pass, so that it meets every head kind even where warps is a
+// multiple of the heads); else the steps of an equal contiguous run.
+template <int Src, int Dst, bool Vec, bool Strided>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) warp_kernel(const PreAttentionParams p) {
   __shared__ __align__(16) Gains gains;
   __shared__ RowSlot slots[kThreads / 32][kSlots];
@@ -122,33 +127,63 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) warp_kernel(const PreAtt
   const unsigned mask = ((1u << kLanes) - 1) << (lane & ~(kLanes - 1));  // this group's lanes
   constexpr std::uint32_t kWarps = kThreads / 32;
   RowSlot* ring = slots[threadIdx.x / 32];
-  const std::uint64_t warps = std::uint64_t(gridDim.x) * kWarps, w = blockIdx.x * kWarps + threadIdx.x / 32;
-  const std::uint64_t fours = p.items / kTileTokens;
-  const std::uint32_t begin = std::uint32_t(fours * w / warps), end = std::uint32_t(fours * (w + 1) / warps);
   const std::uint32_t group = lane / kLanes;
-  // The item of this group at step s of the warp's run (past the run: past every item).
-  const auto item_at = [&](std::uint32_t s) { return s < end ? s * kTileTokens + group : p.items; };
-  if constexpr (Vec) {
-#pragma unroll
-    for (int k = 0; k < kAhead; ++k) fetch_row(p, item_at(begin + k), lane, c, ring[k]);
-  }
   Item cur, next;
-  load_item(p, item_at(begin), cur);
-  load_item(p, item_at(begin + 1), next);
-  load_gains(p, threadIdx.x, gains);
-  __syncthreads();
-  for (std::uint32_t s = begin, k = 0; s < end; ++s, ++k) {
+  // Step k of the warp: the copy of the row parts of its step k + kAhead
+  // (item `ahead`) starts, step k runs (when live), the values of step k + 2
+  // (item `after`) come in.
+  const auto run = [&](std::uint32_t k, std::uint32_t ahead, std::uint32_t after, bool live) {
     std::uint32_t raw[kValues / 2];
     if constexpr (Vec) {
       // Each lane reads back only the parts it copied itself: its own
       // cp.async groups order the slot's reuse, no warp barrier.
-      fetch_row(p, item_at(s + kAhead), lane, c, ring[(k + kAhead) % kSlots]);
+      fetch_row(p, ahead, lane, c, ring[(k + kAhead) % kSlots]);
       cp_async_wait<kAhead>();
     }
-    read_row<Vec>(p, cur, lane, c, ring[k % kSlots], raw);
-    process_item<Src, Dst, Vec>(p, gains, cur, raw, c, mask);
+    if (live) {
+      read_row<Vec>(p, cur, lane, c, ring[k % kSlots], raw);
+      process_item<Src, Dst, Vec>(p, gains, cur, raw, c, mask);
+    }
     cur = next;
-    load_item(p, item_at(s + 2), next);
+    load_item(p, after, next);
+  };
+  if constexpr (Strided) {
+    const std::uint32_t warps = gridDim.x * kWarps, w = blockIdx.x * kWarps + threadIdx.x / 32;
+    const std::uint32_t steps = p.items / kTileTokens, passes = (steps + warps - 1) / warps;
+    const auto rotated = [warps](std::uint32_t r, std::uint32_t d) {  // (r + d) mod warps, d < warps
+      r += d;
+      return r >= warps ? r - warps : r;
+    };
+    // The item of this group in pass k at rotation r (past the last: past every item).
+    const auto item_at = [&](std::uint32_t k, std::uint32_t r) {
+      const std::uint32_t s = k * warps + r;
+      return k < passes && s < steps ? s * kTileTokens + group : p.items;
+    };
+    if constexpr (Vec) {
+#pragma unroll
+      for (int k = 0; k < kAhead; ++k) fetch_row(p, item_at(k, rotated(w, k)), lane, c, ring[k]);
+    }
+    load_item(p, item_at(0, w), cur);
+    load_item(p, item_at(1, rotated(w, 1)), next);
+    load_gains(p, threadIdx.x, gains);
+    __syncthreads();
+    for (std::uint32_t k = 0, r = w; k < passes; ++k, r = rotated(r, 1))  // the last pass leaves some warps out
+      run(k, item_at(k + kAhead, rotated(r, kAhead)), item_at(k + 2, rotated(r, 2)), k * warps + r < steps);
+  } else {
+    const std::uint64_t warps = std::uint64_t(gridDim.x) * kWarps, w = blockIdx.x * kWarps + threadIdx.x / 32;
+    const std::uint64_t fours = p.items / kTileTokens;
+    const std::uint32_t begin = std::uint32_t(fours * w / warps), end = std::uint32_t(fours * (w + 1) / warps);
+    // The item of this group at step s of the warp's run (past the run: past every item).
+    const auto item_at = [&](std::uint32_t s) { return s < end ? s * kTileTokens + group : p.items; };
+    if constexpr (Vec) {
+#pragma unroll
+      for (int k = 0; k < kAhead; ++k) fetch_row(p, item_at(begin + k), lane, c, ring[k]);
+    }
+    load_item(p, item_at(begin), cur);
+    load_item(p, item_at(begin + 1), next);
+    load_gains(p, threadIdx.x, gains);
+    __syncthreads();
+    for (std::uint32_t s = begin, k = 0; s < end; ++s, ++k) run(k, item_at(s + kAhead), item_at(s + 2), true);
   }
 }
 
@@ -176,15 +211,32 @@ int resident_blocks(int threads, int smem) {
   return blocks;
 }
 
+// Whether the warps' kernel takes its steps in strided passes
+// (bench/RESULTS.md, pre-attention): where each warp runs at least 32 steps
+// (16/1 from about 24K tokens) the step is bound by DRAM, and a grid sweeping
+// neighbouring tokens together keeps its reads and writes close. nvfp4
+// caches, whose K / V steps take longer than the others, did not gain, nor
+// did shorter runs, which are latency chains.
+constexpr bool use_strided(int dst, std::int64_t steps, std::int64_t warps) {
+  return dst != insert_detail::kDstNvfp4 && steps >= 32 * warps;
+}
+
 // One wave of resident blocks, fewer when there are fewer items.
 template <int Src, int Dst, bool Vec>
-void launch_warps(const PreAttentionParams& p, cudaStream_t stream) {
+void launch_warps(const PreAttentionParams& p, Kernel choice, cudaStream_t stream) {
   constexpr int kItemsPerStep = kThreads / kLanes;
-  constexpr auto kernel = warp_kernel<Src, Dst, Vec>;
+  constexpr auto contiguous = warp_kernel<Src, Dst, Vec, false>;
   const std::int64_t needed = (std::int64_t(p.items) + kItemsPerStep - 1) / kItemsPerStep;
-  const std::int64_t wave = std::int64_t(resident_blocks<kernel>(kThreads, 0)) * device_sm_count();
+  const std::int64_t wave = std::int64_t(resident_blocks<contiguous>(kThreads, 0)) * device_sm_count();
   const std::int64_t blocks = std::min(needed, wave);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+  if constexpr (Vec) {
+    const std::int64_t steps = p.items / kTileTokens, warps = blocks * (kThreads / 32);
+    if (choice == Kernel::strided || use_strided(Dst, steps, warps)) {
+      warp_kernel<Src, Dst, true, true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+      return;
+    }
+  }
+  contiguous<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
 }
 
 // The chunks of the staged kernel: a tile's heads in as few runs as a
@@ -211,8 +263,8 @@ constexpr std::int64_t kStagedChunksPerCta = 64;
 
 template <int Src, int Dst>
 void launch_kernel(PreAttentionParams& p, Kernel kernel, bool vec, std::int64_t tiles, cudaStream_t stream) {
-  if (!vec) return launch_warps<Src, Dst, false>(p, stream);
-  if (kernel != Kernel::warps) {
+  if (!vec) return launch_warps<Src, Dst, false>(p, kernel, stream);
+  if (kernel == Kernel::automatic || kernel == Kernel::staged) {
     constexpr auto staged_kernel = staged::staged_kernel<Src, Dst>;
     constexpr int kSmem = sizeof(staged::Smem);
     static std::atomic<std::uint64_t> raised{0};
@@ -226,7 +278,7 @@ void launch_kernel(PreAttentionParams& p, Kernel kernel, bool vec, std::int64_t 
       return;
     }
   }
-  launch_warps<Src, Dst, true>(p, stream);
+  launch_warps<Src, Dst, true>(p, kernel, stream);
 }
 
 template <int Src>
