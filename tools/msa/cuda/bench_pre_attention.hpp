@@ -25,7 +25,7 @@
 namespace msa::tool {
 
 // Step sizes of the set: one decode token up to a 32K-token prefill chunk.
-inline constexpr std::int32_t kPreAttentionTokens[] = {1, 8, 64, 512, 4096, 32768};
+inline constexpr std::int32_t kPreAttentionTokens[] = {1, 8, 64, 512, 4096, 16384, 32768};
 
 // Both MiniMax-M3 per-rank shapes (16/1 and 64/4), every KV dtype, every size.
 inline std::vector<BenchCase> pre_attention_bench_cases() {
