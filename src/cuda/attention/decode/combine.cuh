@@ -75,6 +75,41 @@ __device__ __forceinline__ void merge_split_chunks(const AttendParams& p, std::i
   if (c == 0 && p.lse != nullptr) p.lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 }
 
+// merge_split_chunks for dims 8c + 2h and 8c + 2h + 1 of the chunk, one of
+// the four threads that share it (h = 0..3): each thread's chain is a
+// quarter as long, for owners with few items. pair(s): split s's 2 floats
+// (8-byte aligned).
+template <class Pair, class Lse>
+__device__ __forceinline__ void merge_split_pair(const AttendParams& p, std::int64_t row, int c, int h, int splits,
+                                                 Pair pair, Lse lse_of) {
+  float lse[kMaxClusterSplits];
+  float2 a[kMaxClusterSplits];
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) {
+    lse[s] = -INFINITY;
+    a[s] = make_float2(0.0f, 0.0f);
+    if (s < splits) {
+      lse[s] = lse_of(s);
+      a[s] = *reinterpret_cast<const float2*>(pair(s));
+    }
+  }
+  float mx = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
+  float x = 0.0f, y = 0.0f, sum = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kMaxClusterSplits; ++s) {
+    const float wgt = (mx == -INFINITY || lse[s] == -INFINITY) ? 0.0f : expf(lse[s] - mx);
+    sum += wgt;
+    x += wgt * a[s].x, y += wgt * a[s].y;
+  }
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  x *= inv, y *= inv;
+  const std::uint32_t o = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
+  *reinterpret_cast<std::uint32_t*>(static_cast<std::uint16_t*>(p.out) + row * kDim + 8 * c + 2 * h) = o;
+  if (c == 0 && h == 0 && p.lse != nullptr) p.lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+}
+
 //   scratch: shared memory, [16 heads][16 splits] weights then [16] 1 / sum
 __device__ __forceinline__ void combine_row(const AttendParams& p, const RowWork& w, float* scratch,
                                             int tid) {

@@ -78,8 +78,10 @@ __device__ __forceinline__ float merged_lse(float2 max_sum) {
 // Call after the mainloop's last __syncthreads (the stage area is free).
 // kDims: which dims st.o's n-tiles hold (natural; the raw fp8 path's
 // fp8f::out_dim; the raw nvfp4 path's fp4f::out_dim); kPushes: the kernel
-// instance may merge its cluster splits by pushes (row_pushes).
-template <KvKind kKind, RowDims kDims = RowDims::natural, bool kPushes = kv_format(kKind).row_push_merge>
+// instance may merge its cluster splits by pushes (row_pushes); kWide: its
+// owners merge few items four threads an item (push_merge).
+template <KvKind kKind, RowDims kDims = RowDims::natural, bool kPushes = kv_format(kKind).row_push_merge,
+          bool kWide = false>
 __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& w, WarpState& st,
                                           unsigned char* smem, int tid) {
   using L = RowLayout<kKind>;
@@ -183,7 +185,7 @@ __device__ __forceinline__ void write_row(const AttendParams& p, const RowWork& 
     });
   }
   if (push) {
-    push_merge(p, w, smem + L::kPush, tid);
+    push_merge<kWide>(p, w, smem + L::kPush, tid);
     return;
   }
   if (cluster) {

@@ -29,8 +29,10 @@
 namespace msa::cuda::attention {
 
 // kPushes: the instance may merge cluster splits by pushes (decode/push.cuh);
-// fp8 has one that does and one that does not (launch_attend).
-template <KvKind kKind, bool kF16, bool kPushes = kv_format(kKind).row_push_merge>
+// fp8 has one that does and one that does not (launch_attend). kWide: a
+// pushing instance whose owners merge few items four threads an item
+// (push_merge), for launches where every owner has few (wide_merge).
+template <KvKind kKind, bool kF16, bool kPushes = kv_format(kKind).row_push_merge, bool kWide = false>
 __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     attend_kernel(const __grid_constant__ AttendParams p) {
   using L = RowLayout<kKind>;
@@ -102,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, kv_format(kKind).row_ctas_per_sm)
     cp_async_commit();
   }
   cp_async_wait<0>();
-  write_row<kKind, kv_format(kKind).row_dims, kPushes>(p, w, st, smem, tid);
+  write_row<kKind, kv_format(kKind).row_dims, kPushes, kWide>(p, w, st, smem, tid);
 }
 
 // Clusters of `size` row-kernel CTAs that fit on device `device` at once
@@ -117,14 +119,24 @@ int& cluster_capacity(int device, int size) {
 // scales (the raw fp8 kinds' receive area lies over them, RowLayout).
 inline bool launch_pushes(const AttendParams& p) { return p.cluster_splits > 1 && p.cache.k_scales == nullptr; }
 
+// Whether a pushing launch runs the wide-merge instance: its decode rows'
+// owners hold at most a quarter as many items as threads (8 splits of 16
+// heads), where the owner's merge on one warp is the step's tail.
+inline bool wide_merge(const AttendParams& p) {
+  return launch_pushes(p) && p.decode_splits > 1 && 4 * owned_items(p.group * 16, 0, p.decode_splits) <= kThreads;
+}
+
 // The kernel instance of a launch: fp8 pushes in one instance and not in the
-// other, so that its launches without pushes keep the code they had before.
+// other, so that its launches without pushes keep the code they had before;
+// the pushing instances have a wide-merge twin (wide_merge).
 template <KvKind kKind, bool kF16>
-void (*row_kernel(bool pushes))(AttendParams) {
-  if constexpr (kv_format(kKind).fp8)
-    return pushes ? attend_kernel<kKind, kF16, true> : attend_kernel<kKind, kF16, false>;
-  else
-    return attend_kernel<kKind, kF16>;
+void (*row_kernel(bool pushes, bool wide = false))(AttendParams) {
+  if constexpr (kv_format(kKind).fp8) {
+    if (!pushes) return attend_kernel<kKind, kF16, false>;
+    return wide ? attend_kernel<kKind, kF16, true, true> : attend_kernel<kKind, kF16, true>;
+  } else {
+    return wide ? attend_kernel<kKind, kF16, kv_format(kKind).row_push_merge, true> : attend_kernel<kKind, kF16>;
+  }
 }
 
 // Raises the kernel's dynamic shared-memory limit and measures its cluster
@@ -136,8 +148,9 @@ void prepare_attend() {
   static std::atomic<std::uint64_t> done{0};
   once_per_device(done, [](int device) {
     for (const bool pushes : {false, true})
-      MSA_CUDA_CHECK(cudaFuncSetAttribute(row_kernel<kKind, kF16>(pushes), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          RowLayout<kKind>::kBytes));
+      for (const bool wide : {false, true})
+        MSA_CUDA_CHECK(cudaFuncSetAttribute(row_kernel<kKind, kF16>(pushes, wide),
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, RowLayout<kKind>::kBytes));
     if (device >= 64) return;  // no cluster merge (capacity unknown)
     for (int size = 2; size <= kMaxClusterSplits; ++size) {
       cudaLaunchAttribute cluster;
@@ -184,7 +197,7 @@ void launch_attend(const AttendParams& p, std::int64_t ctas, cudaStream_t stream
     const cudaLaunchConfig_t config =
         cluster_launch_config(static_cast<unsigned>(ctas), kThreads, row_smem_bytes<kKind>(p),
                               static_cast<unsigned>(p.cluster_splits), stream, cluster);
-    MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, row_kernel<kKind, kF16>(launch_pushes(p)), p));
+    MSA_CUDA_CHECK(cudaLaunchKernelEx(&config, row_kernel<kKind, kF16>(launch_pushes(p), wide_merge(p)), p));
   } else {
     AttendParams q = p;
     q.cluster_splits = 0;

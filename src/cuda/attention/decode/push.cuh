@@ -42,7 +42,7 @@ __device__ __forceinline__ bool row_pushes(const AttendParams& p, const RowWork&
 }
 
 // Items (of `chunks`) that split `split` of `splits` owns.
-__device__ __forceinline__ int owned_items(int chunks, int split, int splits) {
+__host__ __device__ __forceinline__ int owned_items(int chunks, int split, int splits) {
   return (chunks - split + splits - 1) / splits;
 }
 
@@ -103,7 +103,10 @@ __device__ __forceinline__ void push_item(std::uint32_t area, int i, int split, 
 // The owner's side, every thread: waits until every split's pushes landed,
 // then merges its items into the output and lse (decode/combine.cuh's
 // merge_split_chunks; every load of an item issued before any is used).
+// kWide: where the owner has at most a quarter as many items as threads,
+// four threads share each item (merge_split_pair), for a shorter tail.
 //   recv: this CTA's PushArea (generic pointer)
+template <bool kWide = false>
 __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork& w, const unsigned char* recv,
                                            int tid) {
   sm90::mbar_wait_cluster<0>(smem_u32(recv + PushArea::kBar));
@@ -112,6 +115,18 @@ __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork&
   const auto* lse_of = reinterpret_cast<const float*>(recv + PushArea::kLse);
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * group;
   const int items = owned_items(group * 16, w.split, splits);
+  if constexpr (kWide) {
+    if (4 * owned_items(group * 16, 0, splits) <= kThreads) {  // split 0 owns the most
+      const int j = tid >> 2, h = tid & 3;
+      if (j < items) {
+        const int i = w.split + j * splits, g = i >> 4, c = i & 15;
+        merge_split_pair(
+            p, first_head + g, c, h, splits, [&](int s) { return data + (j * splits + s) * 8 + 2 * h; },
+            [&](int s) { return lse_of[s * kRows + g]; });
+      }
+      return;
+    }
+  }
   for (int j = tid; j < items; j += kThreads) {
     const int i = w.split + j * splits, g = i >> 4, c = i & 15;
     merge_split_chunks(
