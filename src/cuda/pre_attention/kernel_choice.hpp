@@ -9,7 +9,7 @@ namespace msa::cuda::pre_detail {
 
 enum class Kernel {
   automatic,  // the choice of msa::cuda::pre_attention
-  warps,      // warps that each load their own row parts (short steps, unaligned rows)
+  warps,      // warps that each load their own row parts, in contiguous runs (short steps, unaligned rows)
   strided,    // the warps' kernel taking its steps in strided passes (aligned rows)
   staged,     // rows copied in bulk into shared-memory stages (staged_kernel.cuh)
 };

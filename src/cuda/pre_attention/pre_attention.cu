@@ -212,13 +212,13 @@ int resident_blocks(int threads, int smem) {
 }
 
 // Whether the warps' kernel takes its steps in strided passes
-// (bench/RESULTS.md, pre-attention): where each warp runs at least 32 steps
-// (16/1 from about 24K tokens) the step is bound by DRAM, and a grid sweeping
-// neighbouring tokens together keeps its reads and writes close. nvfp4
-// caches, whose K / V steps take longer than the others, did not gain, nor
-// did shorter runs, which are latency chains.
+// (bench/RESULTS.md, pre-attention): where each warp runs at least 16 steps
+// (on the H200 16/1 from about 12K tokens, 64/4 from about 3K) the step is
+// bound by DRAM, and a grid sweeping neighbouring tokens together keeps its
+// reads and writes close. nvfp4 caches, whose K / V steps take longer than
+// the others, did not gain, nor did shorter runs, which are latency chains.
 constexpr bool use_strided(int dst, std::int64_t steps, std::int64_t warps) {
-  return dst != insert_detail::kDstNvfp4 && steps >= 32 * warps;
+  return dst != insert_detail::kDstNvfp4 && steps >= 16 * warps;
 }
 
 // One wave of resident blocks, fewer when there are fewer items.
@@ -231,7 +231,7 @@ void launch_warps(const PreAttentionParams& p, Kernel choice, cudaStream_t strea
   const std::int64_t blocks = std::min(needed, wave);
   if constexpr (Vec) {
     const std::int64_t steps = p.items / kTileTokens, warps = blocks * (kThreads / 32);
-    if (choice == Kernel::strided || use_strided(Dst, steps, warps)) {
+    if (choice == Kernel::strided || (choice != Kernel::warps && use_strided(Dst, steps, warps))) {
       warp_kernel<Src, Dst, true, true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
       return;
     }
