@@ -119,11 +119,12 @@ int& cluster_capacity(int device, int size) {
 // scales (the raw fp8 kinds' receive area lies over them, RowLayout).
 inline bool launch_pushes(const AttendParams& p) { return p.cluster_splits > 1 && p.cache.k_scales == nullptr; }
 
-// Whether a pushing launch runs the wide-merge instance: its decode rows'
-// owners hold at most a quarter as many items as threads (8 splits of 16
-// heads), where the owner's merge on one warp is the step's tail.
+// Whether a pushing launch runs the wide-merge instance: its owners (the
+// launch's class of rows splits cluster_splits ways) hold at most a quarter as
+// many items as threads (8 splits of 16 heads), where the owner's merge on
+// one warp is the step's tail.
 inline bool wide_merge(const AttendParams& p) {
-  return launch_pushes(p) && p.decode_splits > 1 && 4 * owned_items(p.group * 16, 0, p.decode_splits) <= kThreads;
+  return launch_pushes(p) && 4 * owned_items(p.group * 16, 0, p.cluster_splits) <= kThreads;
 }
 
 // The kernel instance of a launch: fp8 pushes in one instance and not in the
