@@ -124,7 +124,7 @@ inline bool launch_pushes(const AttendParams& p) { return p.cluster_splits > 1 &
 // many items as threads (8 splits of 16 heads), where the owner's merge on
 // one warp is the step's tail.
 inline bool wide_merge(const AttendParams& p) {
-  return launch_pushes(p) && 4 * owned_items(p.group * 16, 0, p.cluster_splits) <= kThreads;
+  return launch_pushes(p) && four_threads_an_item(p.group, p.cluster_splits);
 }
 
 // The kernel instance of a launch: fp8 pushes in one instance and not in the

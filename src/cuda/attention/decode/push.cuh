@@ -46,6 +46,13 @@ __host__ __device__ __forceinline__ int owned_items(int chunks, int split, int s
   return (chunks - split + splits - 1) / splits;
 }
 
+// Whether every owner of a row of `group` heads split `splits` ways holds at
+// most a quarter as many items as threads (split 0 owns the most), so that
+// four threads can share each item (push_merge's kWide form).
+__host__ __device__ __forceinline__ bool four_threads_an_item(int group, int splits) {
+  return 4 * owned_items(group * 16, 0, splits) <= kThreads;
+}
+
 // The shared::cluster address of `local` (a shared::cta address) in CTA `rank`.
 __device__ __forceinline__ std::uint32_t cluster_address(std::uint32_t local, int rank) {
   std::uint32_t remote;
@@ -116,7 +123,7 @@ __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork&
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * group;
   const int items = owned_items(group * 16, w.split, splits);
   if constexpr (kWide) {
-    if (4 * owned_items(group * 16, 0, splits) <= kThreads) {  // split 0 owns the most
+    if (four_threads_an_item(group, splits)) {
       const int j = tid >> 2, h = tid & 3;
       if (j < items) {
         const int i = w.split + j * splits, g = i >> 4, c = i & 15;
