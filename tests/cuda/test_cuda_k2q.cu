@@ -1,8 +1,10 @@
 // GPU tests of the device k2q plan (msa::cuda::build_k2q): it equals the CPU
 // plan (msa::build_k2q) exactly on random batches (decodes, prefills, padding
 // requests, partial lists, token- and head-major top-k layouts, 1..8 KV heads,
-// top-k 1 / 16 / 64), on a long prefill, on a step of many requests, on an
-// empty step, and skips and records ineligible and repeated entries.
+// top-k 1 / 16 / 64), on a long prefill, on prefills sorted at each chunk size
+// of the chunk sort (random and shared lists), on a step of many requests
+// (the device-wide sort), on an empty step, and skips and records ineligible
+// and repeated entries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/k2q/build.hpp"
 #include "gpu_test_util.hpp"
 #include "msa/batch.hpp"
 #include "msa/cuda.hpp"
@@ -164,7 +167,38 @@ TEST(CudaK2Q, MatchesCpuPlanOnALongPrefill) {
   const GpuPlan gpu = gpu_plan(m, ids, 4, check);
   EXPECT_EQ(check.message(), "");
   std::printf("[k2q] %d tokens, %zu rows, %zu edges\n", m.num_tokens, cpu.offsets.size() - 1, cpu.tokens.size());
+  EXPECT_TRUE(msa::cuda::k2q_sorts_in_chunks(m.num_tokens, 4, 16, rows_per_head(m)));
   expect_same(cpu, gpu);
+}
+
+// One prefill sized for each chunk size of the chunk sort (its last chunk
+// partly filled), with random lists and with lists that all name the same
+// blocks (each row's edges running through every chunk).
+TEST(CudaK2Q, ChunkSortMatchesCpuPlanAtEachChunkSize) {
+  MSA_SKIP_WITHOUT_GPU();
+  for (const int tokens : {msa::test::size_for(5001, 700), msa::test::size_for(20011, 1500),
+                           msa::test::size_for(40009, 2100)}) {
+    for (const bool shared : {false, true}) {
+      const std::uint64_t seed = msa::test::seed_for(7120 + tokens + shared);
+      MSA_TRACE_SEED(seed);
+      std::mt19937 rng{std::uint32_t(seed)};
+      msa::BatchSpec s;
+      s.query_lens = {tokens};
+      s.seq_lens = {tokens + 3000};
+      const msa::BatchMetadata m = msa::build_metadata(s);
+      Topk ids = random_topk(rng, m, 1, 16, false);
+      if (shared)
+        for (int t = 0; t < m.num_tokens; ++t)
+          for (int k = 0; k < 16; ++k) ids.data[std::size_t(t) * 16 + std::size_t(k)] = 15 - k;
+      ASSERT_TRUE(msa::cuda::k2q_sorts_in_chunks(m.num_tokens, 1, 16, rows_per_head(m))) << tokens << " tokens";
+      Topk host = ids;
+      const msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), 1);
+      msa::test::CheckBuffer check;
+      const GpuPlan gpu = gpu_plan(m, ids, 1, check);
+      EXPECT_EQ(check.message(), "");
+      expect_same(cpu, gpu);
+    }
+  }
 }
 
 TEST(CudaK2Q, EmptyStepGivesEmptyRows) {
@@ -183,7 +217,8 @@ TEST(CudaK2Q, EmptyStepGivesEmptyRows) {
 }
 
 // More requests than key_edges scans in one CTA (1,024): their first rows
-// come from the separate scan, and the plan still equals the CPU plan.
+// come from the separate scan, and the plan still equals the CPU plan. Their
+// many rows over few edges take the device-wide sort.
 TEST(CudaK2Q, ManyRequestsMatchCpuPlan) {
   MSA_SKIP_WITHOUT_GPU();
   const std::uint64_t seed = msa::test::seed_for(7150);
@@ -200,6 +235,7 @@ TEST(CudaK2Q, ManyRequestsMatchCpuPlan) {
   const msa::BatchMetadata m = msa::build_metadata(s);
   ASSERT_GT(m.num_requests, 1024);
   for (const int topk : {16, 40}) {
+    EXPECT_FALSE(msa::cuda::k2q_sorts_in_chunks(m.num_tokens, 2, topk, rows_per_head(m)));
     const Topk ids = random_topk(rng, m, 2, topk, false);
     Topk host = ids;
     const msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), 2);

@@ -1,17 +1,20 @@
 // The k2q plan on the device (include/msa/cuda.hpp, build_k2q): a stable
-// radix sort of the (token, head, slot) edges by row, which keeps the tokens of
-// a row in ascending order; the CSR offsets are where each row starts among
-// the sorted keys.
+// sort of the (token, head, slot) edges by row, which keeps the tokens of a
+// row in ascending order; the CSR offsets are where each row starts among
+// the sorted edges.
 //   1. a lane per (token, head, entry), a half warp or a warp per list: the
 //      row key of each good entry (absent, ineligible or repeated entries get
 //      the key past the last row) and the list's count; each CTA first scans
 //      the requests' blocks into their first rows (one CTA before it where
 //      the requests are too many for its shared memory);
-//   2. the edges (key, flat index) sorted by key, stable (CUB);
-//   3. one pass over the sorted edges: offsets[r], the first sorted key >= r,
-//      written by the sorted position where the key steps past r (no per-row
-//      histogram, whose atomics meet on the few rows of a step, and no search
-//      per row), and the tokens and slots of the placed edges.
+//   2. where the step's chunks x rows are few (chunk_sort.cuh): a counting
+//      sort over chunks of consecutive tokens, which writes the offsets, the
+//      tokens and the slots itself; else
+//   3. the edges (key, flat index) sorted by key, stable (CUB), and one pass
+//      over them: offsets[r], the first sorted key >= r, written by the
+//      sorted position where the key steps past r (no per-row histogram,
+//      whose atomics meet on the few rows of a step, and no search per row),
+//      and the tokens and slots of the placed edges.
 // The step's plan is a chain of small kernels whose cost is mostly their
 // latency, so each one is a single pass with no dependent round trips.
 #include <cuda_runtime.h>
@@ -28,6 +31,7 @@
 #include "cuda/common/check.cuh"
 #include "cuda/common/device_check.cuh"
 #include "cuda/k2q/build.hpp"
+#include "cuda/k2q/chunk_sort.cuh"
 #include "msa/common.hpp"
 #include "msa/cuda.hpp"
 #include "msa/error.hpp"
@@ -43,21 +47,53 @@ std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
 
 // Workspace layout (byte offsets), from the step's sizes.
 struct Layout {
-  std::size_t row_start = 0;  // int64 [num_requests + 1]
-  std::size_t keys_in = 0;    // uint32 [edges]
-  std::size_t keys_out = 0;   // uint32 [edges]
-  std::size_t vals_in = 0;    // int32 [edges] flat edge index (t * H + h) * K + k
-  std::size_t vals_out = 0;   // int32 [edges]
-  std::size_t temp = 0;       // CUB temporary storage
+  std::size_t row_start = 0;     // int64 [num_requests + 1]
+  std::size_t keys_in = 0;       // uint32 [edges]
+  std::size_t keys_out = 0;      // uint32 [edges]
+  std::size_t vals_in = 0;       // int32 [edges] flat edge index (t * H + h) * K + k (device-wide sort only)
+  std::size_t vals_out = 0;      // int32 [edges]
+  std::size_t temp = 0;          // CUB temporary storage (device-wide sort only)
   std::size_t temp_bytes = 0;
+  std::size_t ranks = 0;         // int32 [edges] (chunk sort only)
+  std::size_t placed = 0;        // int32 [chunks] (chunk sort only)
+  std::size_t chunk_counts = 0;  // int32 [chunks, total_rows] (chunk sort only)
+  std::size_t totals = 0;        // int32 [total_rows] (chunk sort only)
+  std::size_t done = 0;          // uint32 (chunk sort only)
   std::size_t bytes = 0;
-  int end_bit = 1;            // key bits the sort looks at
+  int end_bit = 1;               // key bits the sort looks at
+  int chunk_tokens = 0;          // tokens a chunk of the chunk sort, 0: the device-wide sort
+  std::int64_t chunks = 0;
 };
 
 int bits_for(std::uint64_t max_value) {
   int b = 1;
   while (b < 32 && (std::uint64_t(1) << b) <= max_value) ++b;
   return b;
+}
+
+// The chunk sort (chunk_sort.cuh) runs where its chunks x rows counts stay
+// within the edges (beyond, their scan costs more than the radix sort saves)
+// and a chunk fits rank_chunks' shared memory:
+// on the smallest chunks (the most CTAs) that make at most kMaxChunks, or
+// else the largest; elsewhere the device-wide sort.
+constexpr std::int64_t kMaxChunks = 256;
+struct Chunking {
+  int tokens = 0;  // 0: no chunk sort
+  std::int64_t chunks = 0;
+};
+Chunking chunking_for(std::int64_t num_tokens, std::int64_t edges_per_token, std::int64_t total_rows) {
+  const std::int64_t edges = num_tokens * edges_per_token;
+  if (edges == 0 || total_rows == 0) return {};
+  const std::int64_t budget = edges + 65536;
+  Chunking fit;
+  for (const int tokens : {32, 64, 128, 256}) {
+    const std::int64_t chunks = (num_tokens + tokens - 1) / tokens;
+    if (chunk_shared_bytes(total_rows, tokens, edges_per_token) > kChunkSharedBytes || chunks * total_rows > budget)
+      continue;
+    fit = {tokens, chunks};
+    if (chunks <= kMaxChunks) break;
+  }
+  return fit;
 }
 
 Layout layout_of(std::int32_t num_tokens, std::int32_t num_requests, int num_kv_heads, int topk,
@@ -75,8 +111,20 @@ Layout layout_of(std::int32_t num_tokens, std::int32_t num_requests, int num_kv_
   l.row_start = take(sizeof(std::int64_t) * std::size_t(num_requests + 1));
   l.keys_in = take(sizeof(std::uint32_t) * std::size_t(edges));
   l.keys_out = take(sizeof(std::uint32_t) * std::size_t(edges));
-  l.vals_in = take(sizeof(std::int32_t) * std::size_t(edges));
   l.vals_out = take(sizeof(std::int32_t) * std::size_t(edges));
+  const Chunking chunking = chunking_for(num_tokens, std::int64_t(num_kv_heads) * topk, total_rows);
+  if (chunking.tokens > 0) {
+    l.chunk_tokens = chunking.tokens;
+    l.chunks = chunking.chunks;
+    l.ranks = take(sizeof(std::int32_t) * std::size_t(edges));
+    l.placed = take(sizeof(std::int32_t) * std::size_t(l.chunks));
+    l.chunk_counts = take(sizeof(std::int32_t) * std::size_t(l.chunks * total_rows));
+    l.totals = take(sizeof(std::int32_t) * std::size_t(total_rows));
+    l.done = take(sizeof(unsigned));
+    l.bytes = at;
+    return l;
+  }
+  l.vals_in = take(sizeof(std::int32_t) * std::size_t(edges));
   std::size_t sort = 0;
   MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort, static_cast<const std::uint32_t*>(nullptr),
                                                  static_cast<std::uint32_t*>(nullptr),
@@ -127,7 +175,7 @@ __global__ void __launch_bounds__(kScanThreads) row_starts(const std::int32_t* s
 // entry of the list has the same id. row_start: the requests' first rows, or
 // null to scan them in the CTA (at most kCtaRequests requests). With
 // unplaced.lse, every query head's lse of an entry not placed is -inf.
-//   keys, vals: [num_tokens * num_kv_heads * topk]; counts: [num_tokens, num_kv_heads]
+//   keys, vals: [num_tokens * num_kv_heads * topk] (vals: e at e, or null); counts: [num_tokens, num_kv_heads]
 //   row_start: [num_requests + 1]
 template <int kLanes>
 __global__ void __launch_bounds__(kThreads) key_edges(StepView step, TopkView topk, int num_kv_heads,
@@ -183,7 +231,7 @@ __global__ void __launch_bounds__(kThreads) key_edges(StepView step, TopkView to
       }
     }
     if (in) {
-      vals[e] = std::int32_t(e);
+      if (vals != nullptr) vals[e] = std::int32_t(e);
       keys[e] = good ? std::uint32_t(first_row + id) : past;
       if (!good && unplaced.lse != nullptr) {
         float* lse = unplaced.lse + (list * unplaced.group) * K + k;  // [t, h * group + g, k]
@@ -220,6 +268,36 @@ __global__ void offsets_and_edges(const std::uint32_t* keys, const std::int32_t*
 }
 
 unsigned grid_for(std::int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+static_assert(kChunkThreads == kThreads, "place_edges runs on grid_for's CTAs");
+
+// The chunk sort (chunk_sort.cuh) of the keys key_edges wrote: offsets,
+// tokens and slots of the plan.
+void sort_and_place(const Layout& l, const std::uint32_t* keys, std::int64_t edges, std::int64_t total_rows,
+                    int num_kv_heads, int topk, unsigned char* ws, const K2QDevicePlan& plan, cudaStream_t s) {
+  auto* sorted_keys = reinterpret_cast<std::uint32_t*>(ws + l.keys_out);
+  auto* sorted_edges = reinterpret_cast<std::int32_t*>(ws + l.vals_out);
+  auto* ranks = reinterpret_cast<std::int32_t*>(ws + l.ranks);
+  auto* placed = reinterpret_cast<std::int32_t*>(ws + l.placed);
+  auto* chunk_counts = reinterpret_cast<std::int32_t*>(ws + l.chunk_counts);
+  auto* totals = reinterpret_cast<std::int32_t*>(ws + l.totals);
+  auto* done = reinterpret_cast<unsigned*>(ws + l.done);
+  const int edges_per_token = num_kv_heads * topk;
+  const auto shared = std::size_t(chunk_shared_bytes(total_rows, l.chunk_tokens, edges_per_token));
+  if (shared > 48 * 1024)
+    MSA_CUDA_CHECK(cudaFuncSetAttribute(rank_chunks, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared)));
+  rank_chunks<<<unsigned(l.chunks), kChunkThreads, shared, s>>>(keys, edges, total_rows, l.chunk_tokens,
+                                                                edges_per_token, sorted_keys, sorted_edges, ranks,
+                                                                chunk_counts, placed, done);
+  MSA_CUDA_CHECK_LAUNCH();
+  scan_chunks<<<unsigned((total_rows + 31) / 32), kChunkScanThreads, 0, s>>>(chunk_counts, l.chunks, total_rows,
+                                                                              totals, plan.offsets, done);
+  MSA_CUDA_CHECK_LAUNCH();
+  place_edges<<<grid_for(edges), kChunkThreads, 0, s>>>(sorted_keys, sorted_edges, ranks, edges,
+                                                         std::int64_t(l.chunk_tokens) * edges_per_token, placed,
+                                                         chunk_counts, total_rows, plan.offsets, num_kv_heads, topk,
+                                                         plan.tokens, plan.slots);
+  MSA_CUDA_CHECK_LAUNCH();
+}
 
 }  // namespace
 }  // namespace k2q
@@ -231,6 +309,10 @@ std::size_t k2q_workspace_bytes(std::int32_t num_tokens, std::int32_t num_reques
             ", num_kv_heads = ", num_kv_heads, ", topk = ", topk, ", num_rows = ", num_rows,
             " (need >= 0, > 0, > 0, >= 0)");
   return k2q::layout_of(num_tokens, num_requests, num_kv_heads, topk, num_rows).bytes;
+}
+
+bool k2q_sorts_in_chunks(std::int32_t num_tokens, int num_kv_heads, int topk, std::int64_t num_rows) {
+  return k2q::chunking_for(num_tokens, std::int64_t(num_kv_heads) * topk, num_rows * num_kv_heads).tokens > 0;
 }
 
 void build_k2q_with(const StepView& step, const TopkView& topk, int num_kv_heads, std::int64_t num_rows,
@@ -258,7 +340,7 @@ void build_k2q_with(const StepView& step, const TopkView& topk, int num_kv_heads
   auto* row_start = reinterpret_cast<std::int64_t*>(ws + l.row_start);
   auto* keys_in = reinterpret_cast<std::uint32_t*>(ws + l.keys_in);
   auto* keys_out = reinterpret_cast<std::uint32_t*>(ws + l.keys_out);
-  auto* vals_in = reinterpret_cast<std::int32_t*>(ws + l.vals_in);
+  auto* vals_in = l.chunk_tokens > 0 ? nullptr : reinterpret_cast<std::int32_t*>(ws + l.vals_in);
   auto* vals_out = reinterpret_cast<std::int32_t*>(ws + l.vals_out);
   void* temp = ws + l.temp;
   std::size_t temp_bytes = l.temp_bytes;
@@ -279,6 +361,10 @@ void build_k2q_with(const StepView& step, const TopkView& topk, int num_kv_heads
       key_edges<32><<<grid_for(lists * 32), kThreads, 0, s>>>(step, topk, num_kv_heads, num_rows, starts, keys_in,
                                                               vals_in, plan.counts, unplaced, check.buffer);
     MSA_CUDA_CHECK_LAUNCH();
+    if (l.chunk_tokens > 0) {
+      sort_and_place(l, keys_in, edges, total_rows, num_kv_heads, topk.topk, ws, plan, s);
+      return;
+    }
     temp_bytes = l.temp_bytes;
     MSA_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out, edges,
                                                    0, l.end_bit, s));

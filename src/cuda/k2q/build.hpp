@@ -18,6 +18,10 @@ struct K2QUnplacedLse {
 
 // build_k2q, and -inf at unplaced.lse's slots (t, h * group + g, k) of every
 // entry (t, h, k) that the plan does not place.
+// Whether build_k2q sorts the step's edges by the chunk sort (chunk_sort.cuh)
+// rather than the device-wide radix sort; for the tests to cover both.
+bool k2q_sorts_in_chunks(std::int32_t num_tokens, int num_kv_heads, int topk, std::int64_t num_rows);
+
 void build_k2q_with(const StepView& step, const TopkView& topk, int num_kv_heads, std::int64_t num_rows,
                     const K2QDevicePlan& plan, void* workspace, std::size_t workspace_bytes, Stream stream,
                     const DeviceCheck& check, const K2QUnplacedLse& unplaced);
