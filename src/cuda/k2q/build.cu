@@ -73,9 +73,9 @@ int bits_for(std::uint64_t max_value) {
 
 // The chunk sort (chunk_sort.cuh) runs where its chunks x rows counts stay
 // within the edges (beyond, their scan costs more than the radix sort saves)
-// and a chunk fits rank_chunks' shared memory:
-// on the smallest chunks (the most CTAs) that make at most kMaxChunks, or
-// else the largest; elsewhere the device-wide sort.
+// and a chunk fits rank_chunks' shared memory: on the smallest chunks (the
+// most CTAs) that make at most kMaxChunks, or else the largest; elsewhere the
+// device-wide sort.
 constexpr std::int64_t kMaxChunks = 256;
 struct Chunking {
   int tokens = 0;  // 0: no chunk sort
