@@ -52,7 +52,8 @@ __global__ void __launch_bounds__(kChunkThreads) rank_chunks(const std::uint32_t
   extern __shared__ unsigned shared[];
   const int words = tokens_per_chunk / 32;
   unsigned* bits = shared;  // [total_rows, words]: bit j of a row, token j of the chunk
-  auto* first = reinterpret_cast<std::int32_t*>(shared + total_rows * words);  // [total_rows] a row's first sorted place
+  // [total_rows]: a row's first place among the chunk's sorted edges
+  auto* first = reinterpret_cast<std::int32_t*>(shared + total_rows * words);
   std::int32_t* order = first + total_rows;  // [T x L]: the chunk's placed edges (e - base), sorted
   const std::int64_t all_words = total_rows * words;
   for (std::int64_t i = threadIdx.x; i < all_words; i += kChunkThreads) bits[i] = 0u;
