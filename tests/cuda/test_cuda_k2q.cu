@@ -134,6 +134,18 @@ void expect_same(const msa::K2QPlan& cpu, const GpuPlan& gpu) {
   ASSERT_EQ(cpu.counts, gpu.counts);
 }
 
+// The device plan of (m, ids) equals the CPU plan, with nothing recorded;
+// returns the CPU plan.
+msa::K2QPlan expect_matches_cpu_plan(const msa::BatchMetadata& m, const Topk& ids, int heads) {
+  Topk host = ids;
+  msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), heads);
+  msa::test::CheckBuffer check;
+  const GpuPlan gpu = gpu_plan(m, ids, heads, check);
+  EXPECT_EQ(check.message(), "");
+  expect_same(cpu, gpu);
+  return cpu;
+}
+
 TEST(CudaK2Q, MatchesCpuPlanOnRandomBatches) {
   MSA_SKIP_WITHOUT_GPU();
   const int cases = msa::test::size_for(24, 4);
@@ -145,12 +157,7 @@ TEST(CudaK2Q, MatchesCpuPlanOnRandomBatches) {
     const int heads = 1 << (c % 4);              // 1, 2, 4, 8
     const int topk = c % 3 == 0 ? 1 : c % 3 == 1 ? 16 : 64;
     const Topk ids = random_topk(rng, m, heads, topk, c % 2 == 1);
-    Topk host = ids;
-    const msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), heads);
-    msa::test::CheckBuffer check;
-    const GpuPlan gpu = gpu_plan(m, ids, heads, check);
-    EXPECT_EQ(check.message(), "");
-    expect_same(cpu, gpu);
+    expect_matches_cpu_plan(m, ids, heads);
   }
 }
 
@@ -161,14 +168,9 @@ TEST(CudaK2Q, MatchesCpuPlanOnALongPrefill) {
   std::mt19937 rng{std::uint32_t(seed)};
   const msa::BatchMetadata m = random_batch(rng, msa::test::size_for(8192, 300));
   const Topk ids = random_topk(rng, m, 4, 16, false);
-  Topk host = ids;
-  const msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), 4);
-  msa::test::CheckBuffer check;
-  const GpuPlan gpu = gpu_plan(m, ids, 4, check);
-  EXPECT_EQ(check.message(), "");
-  std::printf("[k2q] %d tokens, %zu rows, %zu edges\n", m.num_tokens, cpu.offsets.size() - 1, cpu.tokens.size());
   EXPECT_TRUE(msa::cuda::k2q_sorts_in_chunks(m.num_tokens, 4, 16, rows_per_head(m)));
-  expect_same(cpu, gpu);
+  const msa::K2QPlan cpu = expect_matches_cpu_plan(m, ids, 4);
+  std::printf("[k2q] %d tokens, %zu rows, %zu edges\n", m.num_tokens, cpu.offsets.size() - 1, cpu.tokens.size());
 }
 
 // One prefill sized for each chunk size of the chunk sort (its last chunk
@@ -191,12 +193,7 @@ TEST(CudaK2Q, ChunkSortMatchesCpuPlanAtEachChunkSize) {
         for (int t = 0; t < m.num_tokens; ++t)
           for (int k = 0; k < 16; ++k) ids.data[std::size_t(t) * 16 + std::size_t(k)] = 15 - k;
       ASSERT_TRUE(msa::cuda::k2q_sorts_in_chunks(m.num_tokens, 1, 16, rows_per_head(m))) << tokens << " tokens";
-      Topk host = ids;
-      const msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), 1);
-      msa::test::CheckBuffer check;
-      const GpuPlan gpu = gpu_plan(m, ids, 1, check);
-      EXPECT_EQ(check.message(), "");
-      expect_same(cpu, gpu);
+      expect_matches_cpu_plan(m, ids, 1);
     }
   }
 }
@@ -237,12 +234,7 @@ TEST(CudaK2Q, ManyRequestsMatchCpuPlan) {
   for (const int topk : {16, 40}) {
     EXPECT_FALSE(msa::cuda::k2q_sorts_in_chunks(m.num_tokens, 2, topk, rows_per_head(m)));
     const Topk ids = random_topk(rng, m, 2, topk, false);
-    Topk host = ids;
-    const msa::K2QPlan cpu = msa::build_k2q(m.view(), host.view(host.data.data()), 2);
-    msa::test::CheckBuffer check;
-    const GpuPlan gpu = gpu_plan(m, ids, 2, check);
-    EXPECT_EQ(check.message(), "");
-    expect_same(cpu, gpu);
+    expect_matches_cpu_plan(m, ids, 2);
   }
 }
 
