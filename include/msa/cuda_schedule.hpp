@@ -113,7 +113,7 @@ struct AttentionWorkspaceMap {
   std::size_t km_items = 0;          // 32-byte work items [km_max_items]
   std::size_t km_stats = 0;          // int64 [5]: items, tile rounds, key-major gate, token-tile gate, CTAs done
   std::size_t km_partial_out = 0;    // 16-bit [num_tokens, topk, num_q_heads, 128]
-  std::size_t km_partial_lse = 0;    // fp32 [num_tokens, num_q_heads, topk]
+  std::size_t km_partial_lse = 0;    // fp32 [num_tokens, topk, num_q_heads]
   // Widened blocks (fp8 / nvfp4 prefill tiles).
   std::size_t widen_table = 0;       // int32 [widen_first_request + widen_requests][widen_block_cap] page of (request, block)
   std::size_t widen_counters = 0;    // int32 [4]: pages claimed - 1, (request, head, block) triples claimed - 1

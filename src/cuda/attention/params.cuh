@@ -88,7 +88,7 @@ struct AttendParams {
   const std::int32_t* km_tokens = nullptr;  // [edges] the k2q plan's tokens
   const std::int32_t* km_slots = nullptr;   // [edges] their slots
   void* km_partial_out = nullptr;         // [num_tokens, topk.topk, num_q_heads, 128] out dtype
-  float* km_partial_lse = nullptr;        // [num_tokens, num_q_heads, topk.topk]
+  float* km_partial_lse = nullptr;        // [num_tokens, topk.topk, num_q_heads]
   // Row-kernel launch: CTA blockIdx.x is row-kernel CTA cta_offset + blockIdx.x
   // (decode and prefill rows launch apart). cluster_splits > 1: the launch's
   // CTAs form clusters of that many, one row's splits, merged through

@@ -234,8 +234,9 @@ __global__ void __launch_bounds__(kThreads) key_edges(StepView step, TopkView to
       if (vals != nullptr) vals[e] = std::int32_t(e);
       keys[e] = good ? std::uint32_t(first_row + id) : past;
       if (!good && unplaced.lse != nullptr) {
-        float* lse = unplaced.lse + (list * unplaced.group) * K + k;  // [t, h * group + g, k]
-        for (int g = 0; g < unplaced.group; ++g) lse[std::int64_t(g) * K] = -INFINITY;
+        // [t, k, h * group + g]
+        float* lse = unplaced.lse + ((std::int64_t(t) * K + k) * num_kv_heads + h) * unplaced.group;
+        for (int g = 0; g < unplaced.group; ++g) lse[g] = -INFINITY;
       }
     }
     placed += __popc(__ballot_sync(0xffffffffu, good) & mine);

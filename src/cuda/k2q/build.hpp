@@ -12,11 +12,11 @@
 namespace msa::cuda {
 
 struct K2QUnplacedLse {
-  float* lse = nullptr;  // [num_tokens, num_kv_heads * group, topk], or null: nothing written
+  float* lse = nullptr;  // [num_tokens, topk, num_kv_heads * group], or null: nothing written
   int group = 1;         // query heads per KV head
 };
 
-// build_k2q, and -inf at unplaced.lse's slots (t, h * group + g, k) of every
+// build_k2q, and -inf at unplaced.lse's slots (t, k, h * group + g) of every
 // entry (t, h, k) that the plan does not place.
 // Whether build_k2q sorts the step's edges by the chunk sort (chunk_sort.cuh)
 // rather than the device-wide radix sort; for the tests to cover both.

@@ -113,12 +113,13 @@ __global__ void __launch_bounds__(kChunkThreads) rank_chunks(const std::uint32_t
     order[first[key] + rank_of(key, j)] = std::int32_t(e - base);
   }
   __syncthreads();
+  // Sorted place i holds its row's edge of rank i - first[row].
   for (int i = threadIdx.x; i < all; i += kChunkThreads) {
     const int local = order[i];
     const std::uint32_t key = keys[base + local];
     sorted_keys[base + i] = key;
     sorted_edges[base + i] = std::int32_t(base + local);
-    sorted_ranks[base + i] = rank_of(key, local / edges_per_token);
+    sorted_ranks[base + i] = i - first[key];
   }
 }
 

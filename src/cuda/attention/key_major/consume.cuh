@@ -29,7 +29,8 @@ static_assert(KeyMajorTile::kQBytes == WgmmaTile::kQBytes && KeyMajorTile::kQAto
               "the key-major buffers follow the token tiles' layout");
 
 // Where item row `row` (tok x G + g) goes, -1 past the item's tokens: its lse
-// at [tokens, q_heads, topk] (lse) and its row at [tokens, topk, q_heads] (out).
+// and its row at [tokens, topk, q_heads] (a token's G rows of one slot lie
+// together, so a warp's lse stores fill whole sectors).
 struct KeyMajorTarget {
   std::int64_t lse, out;
 };
@@ -38,7 +39,8 @@ __device__ __forceinline__ KeyMajorTarget key_major_target(const AttendParams& p
   if (tok >= info.count) return {-1, -1};
   const std::int64_t token = info.token[tok], qh = std::int64_t(info.head) * p.group + g;
   const int slot = info.slot[tok];
-  return {(token * p.num_q_heads + qh) * p.topk.topk + slot, (token * p.topk.topk + slot) * p.num_q_heads + qh};
+  const std::int64_t at = (token * p.topk.topk + slot) * p.num_q_heads + qh;
+  return {at, at};
 }
 
 // The item's staged rows (wgmma_q_offset's layout) to their partials by the

@@ -129,9 +129,9 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
 
 // One (token, query head) row on one warp: out = sum_k
 // w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
-// row r's slot k is partial_out row (r / heads x topk + k) x heads + r % heads
-// (heads 1: [rows, topk] slots of a row together; the query heads: [tokens,
-// topk, heads], a slot's heads of a token together);
+// row r's slot k is partial_out and partial_lse row (r / heads x topk + k) x
+// heads + r % heads (heads 1: [rows, topk] slots of a row together; the query
+// heads: [tokens, topk, heads], a slot's heads of a token together);
 // 0 and -inf when no slot has a partial; a row whose slot 0 holds +inf (a
 // token tile that ran whole in a step whose last tiles split) is left as it
 // is. The row is memory-bound: each half-warp takes every other slot, a lane
@@ -139,14 +139,16 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
 // halves add up at the end. A slot of weight 0 is not read (its partial may
 // never have been written). The warp's row `row`, whose slots' lse this lane
 // read (RowLse):
-//   partial_out: [rows / heads, topk, heads, 128]; partial_lse: [rows, topk]; out: [rows, 128]; lse: [rows]
+//   partial_out: [rows / heads, topk, heads, 128]; partial_lse: [rows / heads, topk, heads];
+//   out: [rows, 128]; lse: [rows]
 struct RowLse {
   float a, b;  // slots lane and lane + 32 (-inf past topk)
 };
-__device__ __forceinline__ RowLse row_lse(const float* partial_lse, std::int64_t row, int topk) {
+__device__ __forceinline__ RowLse row_lse(const float* partial_lse, std::int64_t row, int topk, int heads) {
   const int lane = threadIdx.x & 31;
-  const float* l = partial_lse + row * topk;
-  return {lane < topk ? l[lane] : -INFINITY, lane + 32 < topk ? l[lane + 32] : -INFINITY};
+  const float* l = partial_lse + (row / heads) * topk * heads + row % heads;
+  return {lane < topk ? l[std::int64_t(lane) * heads] : -INFINITY,
+          lane + 32 < topk ? l[std::int64_t(lane + 32) * heads] : -INFINITY};
 }
 template <bool kF16>
 __device__ __forceinline__ void merge_row(std::int64_t row, RowLse slots, const std::uint16_t* partial_out, int topk,
@@ -205,7 +207,8 @@ template <bool kF16>
 __global__ void merge_partials(const std::uint16_t* partial_out, const float* partial_lse, int topk, int heads,
                                std::int64_t first_row, std::int64_t end_row, std::uint16_t* out, float* lse) {
   const std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row < end_row) merge_row<kF16>(row, row_lse(partial_lse, row, topk), partial_out, topk, heads, out, lse);
+  if (row >= end_row) return;
+  merge_row<kF16>(row, row_lse(partial_lse, row, topk, heads), partial_out, topk, heads, out, lse);
 }
 
 // The same rows on one wave of CTAs, each warp taking every so many and
@@ -219,10 +222,10 @@ __global__ void merge_partials_gated(const std::uint16_t* partial_out, const flo
   if (*gate == 0) return;
   const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
   std::int64_t row = first_row + (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  RowLse slots = row < end_row ? row_lse(partial_lse, row, topk) : RowLse{-INFINITY, -INFINITY};
+  RowLse slots = row < end_row ? row_lse(partial_lse, row, topk, heads) : RowLse{-INFINITY, -INFINITY};
   for (; row < end_row; row += warps) {
     const std::int64_t next = row + warps;
-    const RowLse after = next < end_row ? row_lse(partial_lse, next, topk) : RowLse{-INFINITY, -INFINITY};
+    const RowLse after = next < end_row ? row_lse(partial_lse, next, topk, heads) : RowLse{-INFINITY, -INFINITY};
     merge_row<kF16>(row, slots, partial_out, topk, heads, out, lse);
     slots = after;
   }
