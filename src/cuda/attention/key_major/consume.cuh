@@ -28,19 +28,15 @@ static_assert(KeyMajorTile::kQBytes == WgmmaTile::kQBytes && KeyMajorTile::kQAto
                   KeyMajorTile::kAtomBytes == WgmmaTile::kAtomBytes,
               "the key-major buffers follow the token tiles' layout");
 
-// Where item row `row` (tok x G + g) goes, -1 past the item's tokens: its lse
-// and its row at [tokens, topk, q_heads] (a token's G rows of one slot lie
-// together, so a warp's lse stores fill whole sectors).
-struct KeyMajorTarget {
-  std::int64_t lse, out;
-};
-__device__ __forceinline__ KeyMajorTarget key_major_target(const AttendParams& p, const KeyMajorInfo& info, int row) {
+// The partial that item row `row` (tok x G + g) writes, -1 past the item's
+// tokens: its row of partial_out and its lse, both [tokens, topk, q_heads] (a
+// token's G rows of one slot lie together, so a warp's lse stores fill whole
+// sectors).
+__device__ __forceinline__ std::int64_t key_major_target(const AttendParams& p, const KeyMajorInfo& info, int row) {
   const int tok = row >> group_shift(p), g = row & (p.group - 1);
-  if (tok >= info.count) return {-1, -1};
+  if (tok >= info.count) return -1;
   const std::int64_t token = info.token[tok], qh = std::int64_t(info.head) * p.group + g;
-  const int slot = info.slot[tok];
-  const std::int64_t at = (token * p.topk.topk + slot) * p.num_q_heads + qh;
-  return {at, at};
+  return (token * p.topk.topk + info.slot[tok]) * p.num_q_heads + qh;
 }
 
 // The item's staged rows (wgmma_q_offset's layout) to their partials by the
@@ -53,7 +49,7 @@ __device__ __forceinline__ void copy_key_major_rows(const AttendParams& p, const
   const unsigned char* src = stage + wgmma_q_offset(t >> 4, e);
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-    const std::int64_t at = key_major_target(p, info, (t >> 4) + 8 * k).out;
+    const std::int64_t at = key_major_target(p, info, (t >> 4) + 8 * k);
     if (at < 0) continue;
     *reinterpret_cast<uint4*>(out + at * kDim + 8 * e) = *reinterpret_cast<const uint4*>(src + k * 8 * 128);
   }
@@ -157,7 +153,7 @@ __device__ __forceinline__ KeyMajorOpen finish_key_major_item(const AttendParams
   }
   std::int64_t at[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r).lse;
+  for (int r = 0; r < 2; ++r) at[r] = key_major_target(p, info, c.row0 + 8 * r);
   KeyMajorOpen opened{};
   if constexpr (kNext) opened = open_key_major_item<kF16>(smem, bar, next, sc);
   if (it.runs) {

@@ -127,6 +127,12 @@ __device__ __forceinline__ float to_float(std::uint16_t x) {
   else return __uint_as_float(std::uint32_t(x) << 16);
 }
 
+// Row r's slot 0 among the partials (partial_out rows and partial_lse, laid
+// out alike, merge_row): slot k lies k x heads further on.
+__device__ __forceinline__ std::int64_t first_slot(std::int64_t row, int topk, int heads) {
+  return (row / heads) * topk * heads + row % heads;
+}
+
 // One (token, query head) row on one warp: out = sum_k
 // w_k o_k / sum_k w_k with w_k = exp(lse_k - max lse), lse = max + log(sum w_k);
 // row r's slot k is partial_out and partial_lse row (r / heads x topk + k) x
@@ -146,7 +152,7 @@ struct RowLse {
 };
 __device__ __forceinline__ RowLse row_lse(const float* partial_lse, std::int64_t row, int topk, int heads) {
   const int lane = threadIdx.x & 31;
-  const float* l = partial_lse + (row / heads) * topk * heads + row % heads;
+  const float* l = partial_lse + first_slot(row, topk, heads);
   return {lane < topk ? l[std::int64_t(lane) * heads] : -INFINITY,
           lane + 32 < topk ? l[std::int64_t(lane + 32) * heads] : -INFINITY};
 }
@@ -162,7 +168,7 @@ __device__ __forceinline__ void merge_row(std::int64_t row, RowLse slots, const 
   float sum = wa + wb;
   for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
   const int half = lane >> 4, dims = 8 * (lane & 15);
-  const std::uint16_t* po = partial_out + ((row / heads) * topk * heads + row % heads) * kDim + dims;
+  const std::uint16_t* po = partial_out + first_slot(row, topk, heads) * kDim + dims;
   const std::int64_t slot_stride = std::int64_t(heads) * kDim;
   constexpr int kInFlight = 4;  // slots per half-warp and pass
   float acc[8] = {};
