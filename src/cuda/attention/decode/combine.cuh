@@ -11,6 +11,7 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/attention/host/heuristics.hpp"
 #include "cuda/attention/decode/scheduler.cuh"
@@ -37,77 +38,62 @@ __device__ __forceinline__ void store_chunk(const AttendParams& p, std::int64_t 
   *reinterpret_cast<uint4*>(static_cast<std::uint16_t*>(p.out) + row * kDim + 8 * c) = o;
 }
 
-// One (head row, 8-dim chunk c) merged over `splits` (<= kMaxClusterSplits)
-// splits' normalised partials, stored to p.out, with the head's lse when
-// c == 0. chunk(s): split s's 8 floats of the chunk (16-byte aligned);
-// lse_of(s): its lse (-inf: empty). Every load is issued before any is used.
-template <class Chunk, class Lse>
-__device__ __forceinline__ void merge_split_chunks(const AttendParams& p, std::int64_t row, int c, int splits,
-                                                   Chunk chunk, Lse lse_of) {
+// One (head row, kDims dims) merged over `splits` (<= kMaxClusterSplits)
+// splits' normalised partials, stored to p.out: dims 8c + kDims * part ..,
+// with the head's lse from the thread of c == 0, part == 0. kDims = 8: a
+// whole chunk a thread (part 0); kDims = 2: four threads share chunk c
+// (part = 0..3), each chain a quarter as long, for owners with few items.
+// values(s): split s's kDims floats (4 * kDims-byte aligned); lse_of(s): its
+// lse (-inf: empty). Every load is issued before any is used.
+template <int kDims, class Values, class Lse>
+__device__ __forceinline__ void merge_splits(const AttendParams& p, std::int64_t row, int c, int part, int splits,
+                                             Values values, Lse lse_of) {
+  static_assert(kDims == 8 || kDims == 2);
+  using Half = std::conditional_t<kDims == 8, float4, float2>;  // the first (or only) half of a split's values
   float lse[kMaxClusterSplits];
-  float4 a[kMaxClusterSplits], b[kMaxClusterSplits];
+  Half a[kMaxClusterSplits];
+  float4 b[kMaxClusterSplits];  // kDims = 8: values 4..7
 #pragma unroll
   for (int s = 0; s < kMaxClusterSplits; ++s) {
     lse[s] = -INFINITY;
-    a[s] = b[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (kDims == 8) {
+      a[s] = b[s] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    } else {
+      a[s] = make_float2(0.0f, 0.0f);
+    }
     if (s < splits) {
-      const float* src = chunk(s);
+      const float* src = values(s);
       lse[s] = lse_of(s);
-      a[s] = *reinterpret_cast<const float4*>(src);
-      b[s] = *reinterpret_cast<const float4*>(src + 4);
+      a[s] = *reinterpret_cast<const Half*>(src);
+      if constexpr (kDims == 8) b[s] = *reinterpret_cast<const float4*>(src + 4);
     }
   }
   float mx = -INFINITY;
 #pragma unroll
   for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
-  float acc[8];
+  float acc[kDims];
 #pragma unroll
-  for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+  for (int e = 0; e < kDims; ++e) acc[e] = 0.0f;
   float sum = 0.0f;
 #pragma unroll
   for (int s = 0; s < kMaxClusterSplits; ++s) {
     const float wgt = (mx == -INFINITY || lse[s] == -INFINITY) ? 0.0f : expf(lse[s] - mx);
     sum += wgt;
-    acc[0] += wgt * a[s].x, acc[1] += wgt * a[s].y, acc[2] += wgt * a[s].z, acc[3] += wgt * a[s].w;
-    acc[4] += wgt * b[s].x, acc[5] += wgt * b[s].y, acc[6] += wgt * b[s].z, acc[7] += wgt * b[s].w;
-  }
-  store_chunk(p, row, c, acc, sum > 0.0f ? 1.0f / sum : 0.0f);
-  if (c == 0 && p.lse != nullptr) p.lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
-}
-
-// merge_split_chunks for dims 8c + 2h and 8c + 2h + 1 of the chunk, one of
-// the four threads that share it (h = 0..3): each thread's chain is a
-// quarter as long, for owners with few items. pair(s): split s's 2 floats
-// (8-byte aligned).
-template <class Pair, class Lse>
-__device__ __forceinline__ void merge_split_pair(const AttendParams& p, std::int64_t row, int c, int h, int splits,
-                                                 Pair pair, Lse lse_of) {
-  float lse[kMaxClusterSplits];
-  float2 a[kMaxClusterSplits];
-#pragma unroll
-  for (int s = 0; s < kMaxClusterSplits; ++s) {
-    lse[s] = -INFINITY;
-    a[s] = make_float2(0.0f, 0.0f);
-    if (s < splits) {
-      lse[s] = lse_of(s);
-      a[s] = *reinterpret_cast<const float2*>(pair(s));
+    acc[0] += wgt * a[s].x, acc[1] += wgt * a[s].y;
+    if constexpr (kDims == 8) {
+      acc[2] += wgt * a[s].z, acc[3] += wgt * a[s].w;
+      acc[4] += wgt * b[s].x, acc[5] += wgt * b[s].y, acc[6] += wgt * b[s].z, acc[7] += wgt * b[s].w;
     }
   }
-  float mx = -INFINITY;
-#pragma unroll
-  for (int s = 0; s < kMaxClusterSplits; ++s) mx = fmaxf(mx, lse[s]);
-  float x = 0.0f, y = 0.0f, sum = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kMaxClusterSplits; ++s) {
-    const float wgt = (mx == -INFINITY || lse[s] == -INFINITY) ? 0.0f : expf(lse[s] - mx);
-    sum += wgt;
-    x += wgt * a[s].x, y += wgt * a[s].y;
-  }
   const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-  x *= inv, y *= inv;
-  const std::uint32_t o = p.out_fp16 ? pack2<true>(x, y) : pack2<false>(x, y);
-  *reinterpret_cast<std::uint32_t*>(static_cast<std::uint16_t*>(p.out) + row * kDim + 8 * c + 2 * h) = o;
-  if (c == 0 && h == 0 && p.lse != nullptr) p.lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
+  if constexpr (kDims == 8) {
+    store_chunk(p, row, c, acc, inv);
+  } else {
+    acc[0] *= inv, acc[1] *= inv;
+    const std::uint32_t o = p.out_fp16 ? pack2<true>(acc[0], acc[1]) : pack2<false>(acc[0], acc[1]);
+    *reinterpret_cast<std::uint32_t*>(static_cast<std::uint16_t*>(p.out) + row * kDim + 8 * c + 2 * part) = o;
+  }
+  if (c == 0 && part == 0 && p.lse != nullptr) p.lse[row] = sum > 0.0f ? mx + logf(sum) : -INFINITY;
 }
 
 //   scratch: shared memory, [16 heads][16 splits] weights then [16] 1 / sum
@@ -180,8 +166,8 @@ __device__ __forceinline__ void cluster_combine_row(const AttendParams& p, const
   const std::int64_t first_head = std::int64_t(w.token) * p.num_q_heads + std::int64_t(w.head) * group;
   for (int i = w.split + tid * splits; i < group * 16; i += kThreads * splits) {
     const int g = i >> 4, c = i & 15;
-    merge_split_chunks(
-        p, first_head + g, c, splits, [&](int s) { return cluster.map_shared_rank(part, s) + g * kDim + 8 * c; },
+    merge_splits<8>(
+        p, first_head + g, c, 0, splits, [&](int s) { return cluster.map_shared_rank(part, s) + g * kDim + 8 * c; },
         [&](int s) { return cluster.map_shared_rank(part_lse, s)[g]; });
   }
   cluster.sync();

@@ -109,9 +109,9 @@ __device__ __forceinline__ void push_item(std::uint32_t area, int i, int split, 
 
 // The owner's side, every thread: waits until every split's pushes landed,
 // then merges its items into the output and lse (decode/combine.cuh's
-// merge_split_chunks; every load of an item issued before any is used).
+// merge_splits; every load of an item issued before any is used).
 // kWide: where the owner has at most a quarter as many items as threads,
-// four threads share each item (merge_split_pair), for a shorter tail.
+// four threads share each item (two dims a thread), for a shorter tail.
 //   recv: this CTA's PushArea (generic pointer)
 template <bool kWide = false>
 __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork& w, const unsigned char* recv,
@@ -127,7 +127,7 @@ __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork&
       const int j = tid >> 2, h = tid & 3;
       if (j < items) {
         const int i = w.split + j * splits, g = i >> 4, c = i & 15;
-        merge_split_pair(
+        merge_splits<2>(
             p, first_head + g, c, h, splits, [&](int s) { return data + (j * splits + s) * 8 + 2 * h; },
             [&](int s) { return lse_of[s * kRows + g]; });
       }
@@ -136,8 +136,8 @@ __device__ __forceinline__ void push_merge(const AttendParams& p, const RowWork&
   }
   for (int j = tid; j < items; j += kThreads) {
     const int i = w.split + j * splits, g = i >> 4, c = i & 15;
-    merge_split_chunks(
-        p, first_head + g, c, splits, [&](int s) { return data + (j * splits + s) * 8; },
+    merge_splits<8>(
+        p, first_head + g, c, 0, splits, [&](int s) { return data + (j * splits + s) * 8; },
         [&](int s) { return lse_of[s * kRows + g]; });
   }
 }
