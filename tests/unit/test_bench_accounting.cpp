@@ -170,7 +170,7 @@ void expect_valid_rows(const std::vector<std::int32_t>& qs, const std::vector<st
 }
 
 TEST(BenchTopk, RowsAreValid) {
-  for (const TopkPattern pattern : {TopkPattern::random, TopkPattern::clustered}) {
+  for (const TopkPattern pattern : {TopkPattern::random, TopkPattern::clustered, TopkPattern::partial}) {
     for (const int topk : {1, 16, 64}) {
       const std::vector<std::int32_t> qlens{4, 4, 4, 4}, seq{4, 129, 2049, 131072};
       const auto qs = starts(qlens);
@@ -208,6 +208,44 @@ TEST(BenchTopk, ClusteredPrefillNeighboursShareBlocks) {
   };
   EXPECT_LT(union_of_8(clustered, 100), 24u);
   EXPECT_GT(union_of_8(random, 100), 100u);
+}
+
+// The partial pattern's shared fraction sets how much neighbouring prefill
+// tokens' selections overlap: the mean union over 8 consecutive tokens falls
+// from random's towards clustered's as it grows, and at 1 the rows are the
+// clustered pattern's.
+TEST(BenchTopk, PartialPrefillOverlapFollowsTheSharedFraction) {
+  const std::vector<std::int32_t> qlens{1024}, seq{32768 + 1024};
+  const auto qs = starts(qlens);
+  auto mean_union_of_8 = [](const std::vector<std::int32_t>& ids) {
+    double sum = 0.0;
+    for (int t0 = 0; t0 < 1024; t0 += 8)
+      sum += double(std::set<std::int32_t>(ids.begin() + t0 * 16, ids.begin() + (t0 + 8) * 16).size());
+    return sum / 128.0;
+  };
+  const double random = mean_union_of_8(make_bench_topk(qs, seq, 1, 16, true, TopkPattern::random, 9));
+  const double clustered = mean_union_of_8(make_bench_topk(qs, seq, 1, 16, true, TopkPattern::clustered, 9));
+  double before = random;
+  for (const double shared : {0.0, 0.25, 0.5, 0.75, 0.875}) {
+    SCOPED_TRACE(shared);
+    const auto ids = make_bench_topk(qs, seq, 1, 16, true, TopkPattern::partial, 9, shared);
+    expect_valid_rows(qs, seq, ids, 1, 16);
+    const double u = mean_union_of_8(ids);
+    if (shared == 0.0) {
+      EXPECT_NEAR(u, random, 0.1 * random);
+    }
+    EXPECT_LE(u, before + 1.0) << "mean union " << u;
+    before = u;
+  }
+  // 0.875: 13 of 15 ids from the set (2 x 8 uniform ones over 256 blocks).
+  EXPECT_LT(before, random / 2.0);
+  EXPECT_GT(before, clustered + 8.0);
+  EXPECT_EQ(make_bench_topk(qs, seq, 1, 16, true, TopkPattern::partial, 9, 1.0),
+            make_bench_topk(qs, seq, 1, 16, true, TopkPattern::clustered, 9));
+  // Decode rows under partial are random ones.
+  const std::vector<std::int32_t> dq{1, 1}, dseq{9000, 300};
+  EXPECT_EQ(make_bench_topk(starts(dq), dseq, 2, 16, false, TopkPattern::partial, 4),
+            make_bench_topk(starts(dq), dseq, 2, 16, false, TopkPattern::random, 4));
 }
 
 TEST(BenchTopk, PageMapGivesSelectedBlocksOwnPages) {
@@ -439,6 +477,10 @@ TEST(BenchCases, LayerAndPatternNames) {
   EXPECT_FALSE(matches_any(c, {"layer index=bf16"}));
   BenchCase a = make_bench_case(BenchOp::attend, true, 16, 1, DType::bf16, 32768, 1, 4096);
   EXPECT_EQ(a.name(), "attend prefill 16/1 bf16 ctx=32K b=1 q=4096");
+  a.pattern = TopkPattern::partial;
+  a.shared = 0.7;
+  EXPECT_EQ(a.name(), "attend prefill 16/1 bf16 ctx=32K b=1 q=4096 partial=0.70");
+  EXPECT_TRUE(matches_any(a, {"q=4096 partial=0.70"}));
   a.pattern = TopkPattern::clustered;
   EXPECT_EQ(a.name(), "attend prefill 16/1 bf16 ctx=32K b=1 q=4096 clustered");
   // The case's own pattern, else the run's, else random (attend) / clustered (layer).
@@ -550,6 +592,30 @@ TEST(BenchCases, PeersSetIsTheComparisonTables) {
       EXPECT_TRUE(names.count(n)) << n;
   }
   EXPECT_TRUE(matches_any(cases.front(), {"fp8_e4m3 random"}));
+}
+
+TEST(BenchCases, OverlapSetSweepsTheSharedFraction) {
+  const auto cases = bench_case_set("overlap");
+  EXPECT_EQ(cases.size(), 2u * 3u * 8u);
+  std::set<std::string> names;
+  for (const BenchCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    EXPECT_EQ(c.op, BenchOp::attend);
+    EXPECT_TRUE(c.prefill);
+    ASSERT_TRUE(c.pattern.has_value());
+    EXPECT_TRUE(names.insert(c.name()).second);
+    EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9);
+  }
+  for (const char* kv : {"bf16", "fp8_e4m3"}) {
+    const std::string k = kv;
+    for (const char* p : {"random", "partial=0.20", "partial=0.40", "partial=0.60", "partial=0.70", "partial=0.80",
+                          "partial=0.90", "clustered"})
+      for (const std::string& n : {"attend prefill 16/1 " + k + " ctx=32K b=1 q=4096 " + p,
+                                   "attend prefill 64/4 " + k + " ctx=32K b=1 q=4096 " + p,
+                                   "attend prefill 16/1 " + k + " ctx=32K b=1 q=32768 " + p})
+        EXPECT_TRUE(names.count(n)) << n;
+  }
+  EXPECT_THROW(bench_case_set("overlap", true), Error);
 }
 
 TEST(BenchTopk, StepSlotsFollowTheMap) {

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iomanip>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -56,13 +57,15 @@ struct BenchCase {
   std::int32_t topk = 16;
   DType index_dtype = DType::bf16;         // layer: the index cache dtype (bf16, fp8_e4m3, nvfp4)
   std::optional<TopkPattern> pattern = std::nullopt;  // the case's own top-k pattern; none: the run's (--pattern)
+  double shared = 0.5;  // pattern partial: the fraction of a prefill token's ids from its request's set (bench_topk.hpp)
 
   std::int64_t num_tokens() const { return std::int64_t(batch) * query_len; }
   // seq_len of every request: the cached context plus the step's new tokens.
   std::int32_t seq_len() const { return context + query_len; }
   const char* mode() const { return prefill ? "prefill" : (query_len > 1 ? "verify" : "decode"); }
   // e.g. "attend prefill 16/1 bf16 ctx=170K b=4 q=1536", "attend verify 64/4 fp8_e4m3 ctx=32K b=128 q=4",
-  // "layer decode 16/1 bf16 index=nvfp4 ctx=128K b=128 q=1", "attend prefill 16/1 fp8_e4m3 ctx=32K b=1 q=4096 random"
+  // "layer decode 16/1 bf16 index=nvfp4 ctx=128K b=128 q=1", "attend prefill 16/1 fp8_e4m3 ctx=32K b=1 q=4096 random",
+  // "attend prefill 64/4 bf16 ctx=32K b=1 q=4096 partial=0.75"
   std::string name() const {
     std::ostringstream s;
     if (op == BenchOp::pre_attention) {  // e.g. "pre_attention 64/4 nvfp4 n=4096" (batch: the tokens)
@@ -76,6 +79,7 @@ struct BenchCase {
     else s << context;
     s << " b=" << batch << " q=" << query_len;
     if (pattern) s << ' ' << pattern_name(*pattern);
+    if (pattern == TopkPattern::partial) s << '=' << std::fixed << std::setprecision(2) << shared;
     return s.str();
   }
 };

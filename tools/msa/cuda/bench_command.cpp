@@ -109,6 +109,7 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil, std::option
                       {"topk", c.topk},
                       {"tokens", c.num_tokens()}};
   if (c.op == BenchOp::attend || c.op == BenchOp::layer) j["pattern"] = pattern_name(case_pattern(c, run_pattern));
+  if (case_pattern(c, run_pattern) == TopkPattern::partial) j["shared"] = c.shared;
   if (c.op == BenchOp::index) j["iq_dtype"] = dtype_name(index_query_dtype(c.dtype));
   if (c.op == BenchOp::layer) {
     j["kv_dtype"] = dtype_name(c.dtype);
@@ -397,10 +398,11 @@ Command register_bench(CLI::App& app) {
                   "production (chunked prefill of 256, 1536 and 16384 tokens, batches 1-10, contexts 17K-170K), "
                   "index (the indexer over bf16, fp8 and nvfp4 index caches: decode / verify at 32K-128K, production "
                   "prefill), layer (insert + index + attend steps of one sparse layer), peers (the attention cases "
-                  "compared with other implementations, fp8 e4m3, bf16 and nvfp4 KV) or pre_attention (the fused "
+                  "compared with other implementations, fp8 e4m3, bf16 and nvfp4 KV), overlap (prefill from random "
+                  "through partly shared to clustered selections, bf16 and fp8 e4m3 KV) or pre_attention (the fused "
                   "norm, RoPE and insert step, 1 to 32K tokens, every KV dtype)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"default", "quick", "production", "index", "layer", "peers", "pre_attention"}));
+      ->check(CLI::IsMember({"default", "quick", "production", "index", "layer", "peers", "overlap", "pre_attention"}));
   sub->add_flag("--quick", o->quick, "the set's quick variant: --set quick for the default set, a short layer set");
   sub->add_option("--case", o->filters,
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")

@@ -1,6 +1,6 @@
 // The case lists of `msa bench --set` (pure host functions, unit-tested in
 // tests/unit/test_bench_accounting.cpp): default, quick, production, index,
-// layer (and its quick variant) and peers. bench/README.md describes each.
+// layer (and its quick variant), peers and overlap. bench/README.md describes each.
 #pragma once
 
 #include <cstdint>
@@ -238,6 +238,38 @@ inline std::vector<BenchCase> peers_bench_cases() {
   return out;
 }
 
+// The overlap set: the peers' random-prefill shapes (16/1 ctx=32K q=4096,
+// 64/4 ctx=32K q=4096, 16/1 ctx=32K q=32768), bf16 and fp8 e4m3 KV, each
+// random, partial with 0.2-0.9 of a token's ids shared, and clustered: how
+// each prefill order's time follows the overlap of neighbouring tokens'
+// selections, and where query-major and key-major cross (run it with
+// --prefill query-major, key-major and auto).
+inline constexpr double kOverlapShares[] = {0.2, 0.4, 0.6, 0.7, 0.8, 0.9};
+inline std::vector<BenchCase> overlap_bench_cases() {
+  struct Prefill {
+    int qh, kvh;
+    std::int32_t chunk;
+  };
+  static constexpr Prefill kPrefills[] = {{16, 1, kPrefillChunk}, {64, 4, kPrefillChunk}, {16, 1, kLongPrefillChunk}};
+  std::vector<BenchCase> out;
+  for (const DType kv : {DType::bf16, DType::fp8_e4m3}) {
+    for (const Prefill& p : kPrefills) {
+      BenchCase c = make_bench_case(BenchOp::attend, true, p.qh, p.kvh, kv, k32K, 1, p.chunk);
+      c.pattern = TopkPattern::random;
+      out.push_back(c);
+      c.pattern = TopkPattern::partial;
+      for (const double shared : kOverlapShares) {
+        c.shared = shared;
+        out.push_back(c);
+      }
+      c.pattern = TopkPattern::clustered;
+      c.shared = 0.5;
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // The case set named by `msa bench --set` (with --quick: the set's quick
 // variant; `quick` alone is the default set's).
 inline std::vector<BenchCase> bench_case_set(const std::string& set, bool quick = false) {
@@ -250,8 +282,10 @@ inline std::vector<BenchCase> bench_case_set(const std::string& set, bool quick 
   if (set == "index") return index_bench_cases();
   if (set == "layer") return layer_bench_cases();
   if (set == "peers") return peers_bench_cases();
+  if (set == "overlap") return overlap_bench_cases();
   if (set == "pre_attention") return pre_attention_bench_cases();
-  fail("--set = '", set, "' but the case sets are default, quick, production, index, layer, peers and pre_attention");
+  fail("--set = '", set,
+       "' but the case sets are default, quick, production, index, layer, peers, overlap and pre_attention");
 }
 
 }  // namespace msa::tool

@@ -5,10 +5,14 @@
 // what the indexer would give them:
 //  - random:    the non-local ids are uniform over the eligible blocks;
 //  - clustered: they come in runs of 4 neighbouring blocks.
+//  - partial:   prefill only, between the two: round(shared x 15) of a token's
+//               15 other ids come from its request's clustered set, the rest
+//               are uniform (shared 0: random, 1: clustered).
 // The rows of one decode / verify request share a base set per KV head (each
-// id replaced with probability 1/4 per row), as neighbouring tokens do. Random
-// prefill tokens draw independently; clustered prefill tokens share a set that
-// drifts by one id with probability 1/8 per token.
+// id replaced with probability 1/4 per row), as neighbouring tokens do; partial
+// decode rows are random ones. Random prefill tokens draw independently;
+// clustered prefill tokens share a set that drifts by one id with probability
+// 1/8 per token.
 //
 // Page map: a copy of the inputs maps, per request, every block some row of
 // the request selects (any KV head) to its own fresh physical page; blocks
@@ -16,6 +20,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -24,9 +29,12 @@
 
 namespace msa::tool {
 
-enum class TopkPattern : std::uint8_t { random, clustered };
+enum class TopkPattern : std::uint8_t { random, clustered, partial };
 
-inline const char* pattern_name(TopkPattern p) { return p == TopkPattern::clustered ? "clustered" : "random"; }
+inline const char* pattern_name(TopkPattern p) {
+  static constexpr const char* kNames[] = {"random", "clustered", "partial"};
+  return kNames[int(p)];
+}
 
 namespace detail {
 
@@ -70,11 +78,16 @@ inline std::vector<std::int32_t> draw_ids(Rng& rng, std::int32_t last, std::int3
 }  // namespace detail
 
 // Top-k lists of every token: [num_tokens, num_kv_heads, topk] token-major.
+// shared: the partial pattern's fraction of shared ids (0..1).
 //   query_start: [num_requests + 1], seq_lens: [num_requests]
 inline std::vector<std::int32_t> make_bench_topk(const std::vector<std::int32_t>& query_start,
                                                  const std::vector<std::int32_t>& seq_lens,
                                                  int num_kv_heads, int topk, bool prefill,
-                                                 TopkPattern pattern, std::uint64_t seed) {
+                                                 TopkPattern pattern, std::uint64_t seed, double shared = 0.5) {
+  // Partial prefill rows share a clustered set; partial decode rows are random.
+  const bool drifts = prefill && pattern != TopkPattern::random;
+  const TopkPattern draw = pattern == TopkPattern::partial ? (prefill ? TopkPattern::clustered : TopkPattern::random)
+                                                          : pattern;
   const std::int64_t num_tokens = query_start.empty() ? 0 : query_start.back();
   std::vector<std::int32_t> out(std::size_t(num_tokens * num_kv_heads * topk), -1);
   Rng rng(seed);
@@ -85,7 +98,7 @@ inline std::vector<std::int32_t> make_bench_topk(const std::vector<std::int32_t>
     const std::int32_t first_last = (seq_lens[r] - qlen) / kBlockSize;
     for (int h = 0; h < num_kv_heads; ++h) {
       const std::vector<std::int32_t> base =
-          detail::draw_ids(rng, first_last, std::min(topk - 1, first_last), pattern);
+          detail::draw_ids(rng, first_last, std::min(topk - 1, first_last), draw);
       // Clustered prefill: consecutive tokens share a slowly drifting set (one
       // id replaced with probability 1/8 per token), as a real indexer's are.
       std::vector<std::int32_t> drift = base;
@@ -94,14 +107,17 @@ inline std::vector<std::int32_t> make_bench_topk(const std::vector<std::int32_t>
         const std::int32_t last = p / kBlockSize;
         const std::int32_t valid = std::min(topk, last + 1);
         row.assign(1, last);
-        if (prefill && pattern == TopkPattern::clustered) {
+        if (drifts) {
           if (!drift.empty() && rng.chance(0.125)) {
             const auto k = std::size_t(rng.between(0, std::int64_t(drift.size()) - 1));
             const auto id = std::int32_t(rng.between(0, last));
             if (!detail::contains(drift, id)) drift[k] = id;
           }
+          // The set's first ids; the rest uniform below.
+          const std::int32_t from_set =
+              pattern == TopkPattern::partial ? 1 + std::int32_t(std::lround(shared * double(valid - 1))) : valid;
           for (const std::int32_t b : drift) {
-            if (std::int32_t(row.size()) >= valid) break;
+            if (std::int32_t(row.size()) >= from_set) break;
             if (!detail::contains(row, b)) row.push_back(b);
           }
         } else if (prefill) {
