@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../../tools/msa/cuda/bench_accounting.hpp"
+#include "../../tools/msa/cuda/bench_choice.hpp"
 #include "../../tools/msa/cuda/bench_directed.hpp"
 #include "../../tools/msa/cuda/bench_sets.hpp"
 #include "../../tools/msa/cuda/bench_topk.hpp"
@@ -616,6 +617,41 @@ TEST(BenchCases, OverlapSetSweepsTheSharedFraction) {
         EXPECT_TRUE(names.count(n)) << n;
   }
   EXPECT_THROW(bench_case_set("overlap", true), Error);
+}
+
+// The device's choice counted on the host: by hand on a small plan, then on
+// the overlap set's two ends.
+TEST(BenchChoice, CountsByHandAndAtTheEnds) {
+  K2QPlan plan;
+  plan.offsets = {0, 3, 3, 6};
+  plan.tokens = {0, 1, 9, 3, 20, 21};
+  // Tiles of 8 tokens: edges 0, 9 (tile 1), 3 (tile 0 after tile 1) and 20 (tile 2) start rounds.
+  PrefillChoice c = count_prefill_choice(plan, 8, 4);
+  EXPECT_EQ(c.tile_rounds, 4);
+  EXPECT_EQ(c.items, 2);  // ceil(3 / 4) + 0 + ceil(3 / 4)
+  EXPECT_TRUE(c.key_major);
+  c = count_prefill_choice(plan, 32, 2);
+  EXPECT_EQ(c.tile_rounds, 1);
+  EXPECT_EQ(c.items, 4);
+  EXPECT_FALSE(c.key_major);
+
+  BenchCase a = make_bench_case(BenchOp::attend, true, 16, 1, DType::bf16, 32768, 1, 4096);
+  a.pattern = TopkPattern::random;
+  const PrefillChoice random = prefill_choice(a, 1, std::nullopt);
+  EXPECT_TRUE(random.key_major);
+  EXPECT_FALSE(random.planned);  // 4096 tokens: automatic runs the token tiles without the plan
+  EXPECT_TRUE(prefill_choice(a, 1, std::nullopt, 4096).planned);
+  // 16 edges a token, 4 tokens an item: at least 4096 x 16 / 4 items; random
+  // tiles of 8 tokens reach about 100 blocks each.
+  EXPECT_GE(random.items, 4096 * 16 / 4);
+  EXPECT_GT(random.tile_rounds, 3 * random.items);
+  a.pattern = TopkPattern::clustered;
+  const PrefillChoice clustered = prefill_choice(a, 1, std::nullopt);
+  EXPECT_FALSE(clustered.key_major);
+  EXPECT_LT(clustered.tile_rounds, random.tile_rounds / 4);
+  // The run's pattern applies where the case has none.
+  a.pattern.reset();
+  EXPECT_EQ(prefill_choice(a, 1, TopkPattern::clustered).tile_rounds, clustered.tile_rounds);
 }
 
 TEST(BenchTopk, StepSlotsFollowTheMap) {

@@ -18,6 +18,7 @@
 #include "bench_accounting.hpp"
 #include "bench_case.hpp"
 #include "bench_ceilings.hpp"
+#include "bench_choice.hpp"
 #include "bench_sets.hpp"
 #include "commands.hpp"
 #include "cuda/common/check.cuh"
@@ -32,6 +33,7 @@ struct BenchOptions {
   std::string set = "default";  // bench_case_set
   bool quick = false;           // --quick: the set's quick variant (default: --set quick)
   bool list = false;
+  bool counts = false;  // --counts: with --list, each prefill case's choice counts (bench_choice.hpp)
   bool ceilings_only = false;   // measure and print the ceilings (every read variant), no cases
   std::vector<std::string> read_variants;  // --read-variant: time only these read-ceiling variants
   std::vector<std::string> filters;
@@ -236,7 +238,17 @@ int run_bench(const BenchOptions& o) {
   for (const BenchCase& c : bench_case_set(set, o.quick && set != "quick"))
     if (matches_any(c, o.filters)) cases.push_back(c);
   if (o.list) {
-    for (const BenchCase& c : cases) std::printf("%s\n", c.name().c_str());
+    for (const BenchCase& c : cases) {
+      std::printf("%s", c.name().c_str());
+      if (o.counts && c.op == BenchOp::attend && c.prefill) {
+        const PrefillChoice k = prefill_choice(c, o.seed, run_pattern);
+        std::printf("  tile_rounds=%lld items=%lld rounds/items=%.2f -> %s%s",
+                    static_cast<long long>(k.tile_rounds), static_cast<long long>(k.items),
+                    k.items > 0 ? double(k.tile_rounds) / double(k.items) : 0.0,
+                    k.key_major ? "key-major" : "query-major", k.planned ? "" : " (auto: below key_major_min_tokens)");
+      }
+      std::printf("\n");
+    }
     return kExitOk;
   }
   MSA_CHECK(!cases.empty() || o.ceilings_only, "--case: no case matches (see msa bench --list)");
@@ -408,7 +420,11 @@ Command register_bench(CLI::App& app) {
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  sub->add_flag("--list", o->list, "print the selected case names and exit");
+  CLI::Option* list = sub->add_flag("--list", o->list, "print the selected case names and exit");
+  sub->add_flag("--counts", o->counts,
+                "with --list: each attend prefill case's token-tile rounds and key-major items on its first input "
+                "copy, counted on the host as --prefill auto counts them on the device, and the order they pick")
+      ->needs(list);
   sub->add_option("--iters", o->iters, "most timed replays per case")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--warmup", o->warmup, "untimed replays before timing")->capture_default_str()->check(CLI::Range(0, 1000));
   sub->add_option("--budget-ms", o->budget_ms, "fewer replays (at least 10) for cases slower than this budget")
