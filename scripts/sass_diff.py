@@ -37,7 +37,8 @@ def find_cuobjdump(given):
     for c in [given, shutil.which("cuobjdump"), "/usr/local/cuda/bin/cuobjdump"]:
         if c and os.path.exists(c):
             return c
-    sys.exit("sass_diff: no cuobjdump (pass --cuobjdump; PyPI: nvidia-cuda-cuobjdump, with nvidia-cuda-nvdisasm on PATH)")
+    sys.exit("sass_diff: no cuobjdump (pass --cuobjdump; PyPI: nvidia-cuda-cuobjdump, "
+             "with nvidia-cuda-nvdisasm on PATH)")
 
 
 PARAM_BASE = 0x210

@@ -57,7 +57,7 @@ struct BenchCase {
   std::int32_t topk = 16;
   DType index_dtype = DType::bf16;         // layer: the index cache dtype (bf16, fp8_e4m3, nvfp4)
   std::optional<TopkPattern> pattern = std::nullopt;  // the case's own top-k pattern; none: the run's (--pattern)
-  double shared = 0.5;  // pattern partial: the fraction of a prefill token's ids from its request's set (bench_topk.hpp)
+  double shared = 0.5;  // pattern partial: the fraction of a prefill token's ids from its request's set
 
   std::int64_t num_tokens() const { return std::int64_t(batch) * query_len; }
   // seq_len of every request: the cached context plus the step's new tokens.

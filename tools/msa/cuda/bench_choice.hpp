@@ -31,7 +31,8 @@ struct PrefillChoice {
 inline PrefillChoice count_prefill_choice(const K2QPlan& plan, int tile_tokens, int item_tokens) {
   PrefillChoice c;
   const std::vector<std::int32_t>& tok = plan.tokens;
-  for (std::size_t e = 0; e < tok.size(); ++e) c.tile_rounds += e == 0 || tok[e] / tile_tokens != tok[e - 1] / tile_tokens;
+  for (std::size_t e = 0; e < tok.size(); ++e)
+    c.tile_rounds += e == 0 || tok[e] / tile_tokens != tok[e - 1] / tile_tokens;
   for (std::size_t r = 0; r + 1 < plan.offsets.size(); ++r)
     c.items += (plan.offsets[r + 1] - plan.offsets[r] + item_tokens - 1) / item_tokens;
   c.key_major = cuda::attention::prefer_key_major(c.tile_rounds, c.items, false);

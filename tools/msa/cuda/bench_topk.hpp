@@ -5,9 +5,9 @@
 // what the indexer would give them:
 //  - random:    the non-local ids are uniform over the eligible blocks;
 //  - clustered: they come in runs of 4 neighbouring blocks.
-//  - partial:   prefill only, between the two: round(shared x 15) of a token's
-//               15 other ids come from its request's clustered set, the rest
-//               are uniform (shared 0: random, 1: clustered).
+//  - partial:   prefill only, between the two: round(shared x (topk - 1)) of
+//               a token's other ids come from its request's clustered set, the
+//               rest are uniform (shared 0: random, 1: clustered).
 // The rows of one decode / verify request share a base set per KV head (each
 // id replaced with probability 1/4 per row), as neighbouring tokens do; partial
 // decode rows are random ones. Random prefill tokens draw independently;
