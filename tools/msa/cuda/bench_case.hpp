@@ -54,6 +54,10 @@ struct BenchResult {
   // Decode / verify cases: the read floor (read_floor.hpp), the gather of the
   // step's K / V blocks alone, timed like the case; samples == 0: not measured.
   TimeStats read_floor;
+  // Pre-attention cases: the copy floor, a device-to-device copy of half the
+  // step's bytes (it reads and writes as many as the step moves) between
+  // rotated buffers, timed like the case; samples == 0: not measured.
+  TimeStats copy_floor;
   Traffic traffic;          // per replay, averaged over the copies (layer: the stages' sum)
   // Layer cases: insert, index, attend (LayerStage order); the index query's
   // dtype; and how far the indexer's selections followed the index queries'

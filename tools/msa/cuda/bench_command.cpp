@@ -156,6 +156,11 @@ nlohmann::json case_json(const BenchResult& r, const Ceilings& ceil, std::option
     j["frac_read_floor"] = r.read_floor.median_us / r.time.median_us;
     j["read_floor_frac_copy"] = r.traffic.bytes / (r.read_floor.median_us * 1e-6) * 1e-9 / ceil.copy_gbps;
   }
+  if (r.copy_floor.samples > 0) {
+    j["copy_floor_us"] = {{"median", r.copy_floor.median_us}, {"min", r.copy_floor.min_us},
+                          {"replays", r.copy_floor.samples}};
+    j["frac_copy_floor"] = r.copy_floor.median_us / r.time.median_us;
+  }
   j["copies"] = r.copies;
   j["graph"] = r.graph;
   j["device_bytes"] = r.device_bytes;
@@ -170,7 +175,7 @@ void print_header() {
               "GB/s", "%copy", "%read", "share", "floor_us", "copies");
 }
 
-// One table row: name, time, rates, share (or "-"), read floor (or "-"), copies.
+// One table row: name, time, rates, share (or "-"), read or copy floor (or "-"), copies.
 void print_line(const std::string& name, const TimeStats& time, const Traffic& traffic, const Ceilings& ceil,
                 const char* share, const char* floor, const char* copies, bool graph) {
   const Rates x = rates(traffic, time, ceil);
@@ -187,6 +192,7 @@ void print_row(const BenchResult& r, const Ceilings& ceil) {
   }
   char floor[32] = "-", copies[16];
   if (r.read_floor.samples > 0) std::snprintf(floor, sizeof floor, "%.1f", r.read_floor.median_us);
+  if (r.copy_floor.samples > 0) std::snprintf(floor, sizeof floor, "%.1f", r.copy_floor.median_us);
   std::snprintf(copies, sizeof copies, "%d", r.copies);
   print_line(r.c.name(), r.time, r.traffic, ceil, "-", floor, copies, r.graph);
   if (r.c.op == BenchOp::layer) {
@@ -384,7 +390,8 @@ int run_bench(const BenchOptions& o) {
                     "insert: new K, V, index keys (bf16) and slots read, cache rows written"},
           {"layer", "insert (insert_kv + insert_index) + index + attend over the indexer's top-k, one graph per copy; "
                     "each stage alone the same way; share = stage time / sum of the stages' times"},
-          {"read_floor", "decode / verify: graph replays of a gather of the step's K / V blocks alone (same pages, one CTA per SM, three blocks in flight, no math), timed like the case"}}},
+          {"read_floor", "decode / verify: graph replays of a gather of the step's K / V blocks alone (same pages, one CTA per SM, three blocks in flight, no math), timed like the case"},
+          {"copy_floor", "pre_attention: graph replays of a cudaMemcpyAsync of half the step's bytes (reading and writing as many as the step moves) between as many rotated buffer pairs, timed like the case"}}},
         {"seconds", seconds},
         {"errors", errors},
         {"fatal", fatal},

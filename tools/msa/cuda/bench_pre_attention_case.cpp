@@ -1,10 +1,13 @@
 #include "bench_pre_attention_case.hpp"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <vector>
 
 #include "bench_pre_attention.hpp"
 #include "bench_step.hpp"
+#include "cuda/common/check.cuh"
 #include "device_memory.hpp"
 #include "fill.hpp"
 #include "msa/error.hpp"
@@ -12,6 +15,25 @@
 #include "rng.hpp"
 
 namespace msa::tool {
+namespace {
+
+// A device-to-device copy of `bytes` per replay, over `copies` rotated
+// source / destination pairs, timed like the case.
+TimeStats time_copy_floor(std::size_t bytes, int copies, const BenchSettings& s, cuda::Stream stream) {
+  std::vector<DeviceBuffer> from, to;
+  for (int i = 0; i < copies; ++i) {
+    from.emplace_back(bytes);
+    to.emplace_back(bytes);
+  }
+  const auto st = static_cast<cudaStream_t>(stream);
+  const auto copy = [&](int i) {
+    MSA_CUDA_CHECK(cudaMemcpyAsync(to[std::size_t(i)].get(), from[std::size_t(i)].get(), bytes,
+                                   cudaMemcpyDeviceToDevice, st));
+  };
+  return time_graphs(copy, copies, s, stream).time;
+}
+
+}  // namespace
 
 void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Stream stream, BenchResult& res) {
   const std::int64_t N = c.num_tokens();
@@ -84,6 +106,10 @@ void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Strea
   res.time = run.time;
   res.graph = run.graph;
   res.note = run.note;
+  // Then what a copy of the step's bytes takes at this size.
+  const std::size_t half = std::size_t(res.traffic.bytes / 2.0) / 16 * 16 + 16;
+  res.copy_floor = time_copy_floor(half, res.copies, s, stream);
+  res.device_bytes += 2.0 * double(half) * res.copies;
 }
 
 }  // namespace msa::tool

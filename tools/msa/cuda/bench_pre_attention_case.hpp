@@ -10,7 +10,9 @@ namespace msa::tool {
 // that together they span at least 4x the L2, each call captured in a CUDA
 // graph; positions 0 .. n-1, slots through the shuffled pages, the index
 // cache through the same slots (bench_step.hpp's pool and graph timing).
-// Fills res.time, res.traffic, res.copies, res.device_bytes.
+// Then times the copy floor (a device copy of half the step's bytes, over as
+// many rotated buffer pairs). Fills res.time, res.copy_floor, res.traffic,
+// res.copies, res.device_bytes.
 void bench_pre_attention(const BenchCase& c, const BenchSettings& s, cuda::Stream stream, BenchResult& res);
 
 }  // namespace msa::tool
