@@ -94,6 +94,14 @@ inline TopkPattern case_pattern(const BenchCase& c, std::optional<TopkPattern> r
   return c.op == BenchOp::layer ? TopkPattern::clustered : TopkPattern::random;
 }
 
+// The top-k lists of an attend case's input copy `copy` under the run's seed:
+// [num_tokens, num_kv_heads, topk] (bench_topk.hpp).
+inline std::vector<std::int32_t> case_topk(const BenchCase& c, const BatchMetadata& m, TopkPattern pattern,
+                                           std::uint64_t seed, int copy) {
+  return make_bench_topk(m.query_start, m.seq_lens, c.num_kv_heads, c.topk, c.prefill, pattern,
+                         mix64(seed * 977 + std::uint64_t(copy)), c.shared);
+}
+
 // The index query dtype of a layer case: the fp8 e4m3 index cache scores an
 // fp8 e4m3 query (cast like the keys), the others a bf16 one.
 inline DType index_query_dtype(DType index_dtype) {

@@ -95,8 +95,7 @@ void bench_attend(const BenchCase& c, const BenchSettings& s, cuda::Stream strea
   auto add_copy = [&](int i) {
     InputCopy cp;
     cp.first_page = copies.empty() ? 0 : copies.back().first_page + copies.back().map.pages;
-    cp.topk = make_bench_topk(m.query_start, m.seq_lens, H, K, c.prefill, pattern,
-                              mix64(s.seed * 977 + std::uint64_t(i)), c.shared);
+    cp.topk = case_topk(c, m, pattern, s.seed, i);
     cp.map = map_pages(m.query_start, m.seq_lens, cp.topk, H, K, false, cp.first_page);
     cp.traffic = attend_traffic(m.query_start, m.seq_lens, cp.topk, H, QH / H, K, kv_block_bytes(c.dtype, mode));
     copies.push_back(std::move(cp));

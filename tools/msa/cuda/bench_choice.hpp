@@ -10,12 +10,10 @@
 #include <vector>
 
 #include "bench_accounting.hpp"
-#include "bench_topk.hpp"
 #include "cuda/attention/host/heuristics.hpp"
 #include "msa/batch.hpp"
 #include "msa/k2q.hpp"
 #include "msa/ops.hpp"
-#include "rng.hpp"
 
 namespace msa::tool {
 
@@ -44,9 +42,7 @@ inline PrefillChoice count_prefill_choice(const K2QPlan& plan, int tile_tokens, 
 inline PrefillChoice prefill_choice(const BenchCase& c, std::uint64_t seed, std::optional<TopkPattern> run_pattern,
                                     std::int64_t min_tokens = cuda::attention::kKeyMajorMinTokens) {
   const BatchMetadata m = build_metadata(bench_batch_spec(c));
-  const TopkPattern pattern = case_pattern(c, run_pattern);
-  std::vector<std::int32_t> topk = make_bench_topk(m.query_start, m.seq_lens, c.num_kv_heads, c.topk, c.prefill,
-                                                   pattern, mix64(seed * 977), c.shared);
+  std::vector<std::int32_t> topk = case_topk(c, m, case_pattern(c, run_pattern), seed, 0);
   const K2QPlan plan =
       build_k2q(m.view(), TopkView::token_major(topk.data(), c.num_kv_heads, c.topk), c.num_kv_heads);
   const int group = c.num_q_heads / c.num_kv_heads;
