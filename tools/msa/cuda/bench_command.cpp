@@ -45,6 +45,7 @@ struct BenchOptions {
   std::uint64_t seed = 1;
   int ceiling_replays = 20;
   std::string prefill = "query-major";  // --prefill: msa::cuda::PrefillOrder of the prefill steps
+  std::int64_t key_major_min_tokens = cuda::AttentionTuning{}.key_major_min_tokens;  // --key-major-min-tokens
   int decode_splits = 0;                // --decode-splits: AttentionTuning::decode_splits (0: the plan's)
   int tile_splits = 0;                  // --tile-splits: AttentionTuning::tile_splits (0: the plan's)
   std::string kv_scales = "tensor";     // --kv-scales: fp8 scales per tensor or per (token, head)
@@ -247,7 +248,7 @@ int run_bench(const BenchOptions& o) {
     for (const BenchCase& c : cases) {
       std::printf("%s", c.name().c_str());
       if (o.counts && c.op == BenchOp::attend && c.prefill) {
-        const PrefillChoice k = prefill_choice(c, o.seed, run_pattern);
+        const PrefillChoice k = prefill_choice(c, o.seed, run_pattern, o.key_major_min_tokens);
         std::printf("  tile_rounds=%lld items=%lld rounds/items=%.2f -> %s%s",
                     static_cast<long long>(k.tile_rounds), static_cast<long long>(k.items),
                     k.items > 0 ? double(k.tile_rounds) / double(k.items) : 0.0,
@@ -277,6 +278,7 @@ int run_bench(const BenchOptions& o) {
   s.tuning.prefill_order = o.prefill == "key-major" ? cuda::PrefillOrder::key_major
                            : o.prefill == "auto"    ? cuda::PrefillOrder::automatic
                                                     : cuda::PrefillOrder::query_major;
+  s.tuning.key_major_min_tokens = o.key_major_min_tokens;
   s.tuning.decode_splits = o.decode_splits;
   s.tuning.tile_splits = o.tile_splits;
   s.tuning.widen_bytes = o.widen_bytes;
@@ -374,6 +376,7 @@ int run_bench(const BenchOptions& o) {
           {"pattern", o.pattern.empty() ? "per case" : o.pattern},
           {"seed", o.seed},
           {"prefill", o.prefill},
+          {"key_major_min_tokens", o.key_major_min_tokens},
           {"decode_splits", o.decode_splits},
           {"tile_splits", o.tile_splits},
           {"kv_scales", o.kv_scales},
@@ -456,9 +459,14 @@ Command register_bench(CLI::App& app) {
       ->check(CLI::Range(1, 1000));
   sub->add_option("--prefill", o->prefill,
                   "prefill order (msa::cuda::PrefillOrder): query-major (token tiles), key-major, or auto (steps of "
-                  ">= 8192 tokens build the k2q plan and the device picks)")
+                  "--key-major-min-tokens tokens build the k2q plan and the device picks)")
       ->capture_default_str()
       ->check(CLI::IsMember({"query-major", "key-major", "auto"}));
+  sub->add_option("--key-major-min-tokens", o->key_major_min_tokens,
+                  "--prefill auto: the fewest tokens a step needs to build the k2q plan and let the device pick "
+                  "(msa::cuda::AttentionTuning::key_major_min_tokens); also what --counts assumes")
+      ->capture_default_str()
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   sub->add_option("--decode-splits", o->decode_splits,
                   "split-K factor of decode / verify rows (msa::cuda::AttentionTuning::decode_splits); 0: the plan's")
       ->capture_default_str()
