@@ -619,6 +619,36 @@ TEST(BenchCases, OverlapSetSweepsTheSharedFraction) {
   EXPECT_THROW(bench_case_set("overlap", true), Error);
 }
 
+TEST(BenchCases, RanksSetCoversTp2AndTp8) {
+  const auto cases = bench_case_set("ranks");
+  EXPECT_EQ(cases.size(), 2u * (3u * 9u + 3u + 9u));
+  std::set<std::string> names;
+  std::map<BenchOp, int> by_op;
+  for (const BenchCase& c : cases) {
+    SCOPED_TRACE(c.name());
+    EXPECT_TRUE(names.insert(c.name()).second);
+    EXPECT_TRUE((c.num_q_heads == 32 && c.num_kv_heads == 2) || (c.num_q_heads == 8 && c.num_kv_heads == 1));
+    ++by_op[c.op];
+    if (c.op == BenchOp::attend) {
+      EXPECT_EQ(c.pattern.has_value(), c.prefill);
+      EXPECT_LT(2 * bench_copy_bytes_bound(c) + bench_shared_bytes(c), 40e9);
+    }
+  }
+  EXPECT_EQ(by_op, (std::map<BenchOp, int>{{BenchOp::attend, 54}, {BenchOp::index, 6}, {BenchOp::pre_attention, 18}}));
+  for (const char* shape : {"32/2", "8/1"}) {
+    const std::string h = shape;
+    for (const char* kv : {"bf16", "fp8_e4m3", "nvfp4"}) {
+      const std::string k = kv;
+      for (const std::string& n :
+           {"attend prefill " + h + " " + k + " ctx=64K b=10 q=256 clustered",
+            "attend prefill " + h + " " + k + " ctx=170K b=1 q=16384 clustered",
+            "attend prefill " + h + " " + k + " ctx=32K b=1 q=4096 random", "attend decode " + h + " " + k + " ctx=32K b=1 q=1",
+            "attend decode " + h + " " + k + " ctx=32K b=128 q=1", "attend verify " + h + " " + k + " ctx=32K b=32 q=4"})
+        EXPECT_TRUE(names.count(n)) << n;
+    }
+  }
+}
+
 // The device's choice counted on the host: by hand on a small plan, then on
 // the overlap set's two ends.
 TEST(BenchChoice, CountsByHandAndAtTheEnds) {

@@ -421,10 +421,12 @@ Command register_bench(CLI::App& app) {
                   "index (the indexer over bf16, fp8 and nvfp4 index caches: decode / verify at 32K-128K, production "
                   "prefill), layer (insert + index + attend steps of one sparse layer), peers (the attention cases "
                   "compared with other implementations, fp8 e4m3, bf16 and nvfp4 KV), overlap (prefill from random "
-                  "through partly shared to clustered selections, bf16 and fp8 e4m3 KV) or pre_attention (the fused "
-                  "norm, RoPE and insert step, 1 to 32K tokens, every KV dtype)")
+                  "through partly shared to clustered selections, bf16 and fp8 e4m3 KV), pre_attention (the fused "
+                  "norm, RoPE and insert step, 1 to 32K tokens, every KV dtype) or ranks (the TP2 32/2 and TP8 8/1 "
+                  "per-rank shapes: attend, index and pre-attention)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"default", "quick", "production", "index", "layer", "peers", "overlap", "pre_attention"}));
+      ->check(CLI::IsMember(
+          {"default", "quick", "production", "index", "layer", "peers", "overlap", "pre_attention", "ranks"}));
   sub->add_flag("--quick", o->quick, "the set's quick variant: --set quick for the default set, a short layer set");
   sub->add_option("--case", o->filters,
                   "run only cases whose name has every word of FILTER, e.g. \"decode 64/4 b=128\" (repeatable)")

@@ -1,6 +1,7 @@
 // The case lists of `msa bench --set` (pure host functions, unit-tested in
 // tests/unit/test_bench_accounting.cpp): default, quick, production, index,
-// layer (and its quick variant), peers and overlap. bench/README.md describes each.
+// layer (and its quick variant), peers, overlap and ranks. bench/README.md
+// describes each.
 #pragma once
 
 #include <cstdint>
@@ -270,6 +271,43 @@ inline std::vector<BenchCase> overlap_bench_cases() {
   return out;
 }
 
+// The ranks set: the per-rank shapes the other sets leave out, TP2 (32/2) and
+// TP8 (8/1, the rank's one KV head replicated), so that a user of either reads
+// its own numbers. Per shape:
+//  - attend over bf16, fp8 e4m3 and nvfp4 KV: the production steps of
+//    kProductionReps (clustered), prefill ctx=32K q=4096 random, decode
+//    ctx=32K at batches 1, 8, 32 and 128, verify q = 4 at batch 32;
+//  - the indexer over a bf16 index cache: decode ctx=32K at batches 8 and 128,
+//    the 1.5K-token production step;
+//  - pre-attention at 1, 4096 and 32768 tokens over bf16, fp8 e4m3 and nvfp4 KV.
+inline std::vector<BenchCase> ranks_bench_cases() {
+  static constexpr int kShapes[][2] = {{32, 2}, {8, 1}};
+  static constexpr DType kKv[] = {DType::bf16, DType::fp8_e4m3, DType::nvfp4};
+  const BenchOp A = BenchOp::attend, I = BenchOp::index;
+  std::vector<BenchCase> out;
+  for (const auto& sh : kShapes) {
+    const int qh = sh[0], kvh = sh[1];
+    for (const DType kv : kKv) {
+      for (const PrefillStep& s : kProductionReps) {
+        BenchCase c = make_bench_case(A, true, qh, kvh, kv, s.context, s.batch, s.chunk);
+        c.pattern = TopkPattern::clustered;
+        out.push_back(c);
+      }
+      BenchCase r = make_bench_case(A, true, qh, kvh, kv, k32K, 1, kPrefillChunk);
+      r.pattern = TopkPattern::random;
+      out.push_back(r);
+      for (const std::int32_t b : {1, 8, 32, 128}) out.push_back(make_bench_case(A, false, qh, kvh, kv, k32K, b, 1));
+      out.push_back(make_bench_case(A, false, qh, kvh, kv, k32K, 32, 4));
+    }
+    for (const std::int32_t b : {8, 128}) out.push_back(make_bench_case(I, false, qh, kvh, DType::bf16, k32K, b, 1));
+    out.push_back(make_bench_case(I, true, qh, kvh, DType::bf16, k64K, 4, 1536));
+    for (const DType kv : kKv)
+      for (const std::int32_t n : {1, 4096, 32768})
+        out.push_back(make_bench_case(BenchOp::pre_attention, false, qh, kvh, kv, 0, n, 1));
+  }
+  return out;
+}
+
 // The case set named by `msa bench --set` (with --quick: the set's quick
 // variant; `quick` alone is the default set's).
 inline std::vector<BenchCase> bench_case_set(const std::string& set, bool quick = false) {
@@ -284,8 +322,9 @@ inline std::vector<BenchCase> bench_case_set(const std::string& set, bool quick 
   if (set == "peers") return peers_bench_cases();
   if (set == "overlap") return overlap_bench_cases();
   if (set == "pre_attention") return pre_attention_bench_cases();
+  if (set == "ranks") return ranks_bench_cases();
   fail("--set = '", set,
-       "' but the case sets are default, quick, production, index, layer, peers, overlap and pre_attention");
+       "' but the case sets are default, quick, production, index, layer, peers, overlap, pre_attention and ranks");
 }
 
 }  // namespace msa::tool
