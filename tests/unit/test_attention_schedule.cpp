@@ -226,6 +226,21 @@ TEST(AttentionSchedule, BadKnobsAndProblemsAreNamed) {
   EXPECT_NE(message([&] { att::check_problem(problem(17, 2)); }).find("num_q_heads = 17"), std::string::npos);
   EXPECT_NE(message([&] { att::check_problem(problem(16, 1, DType::bf16, 65)); }).find("topk.topk = 65"),
             std::string::npos);
+  AttentionProblem nvfp4 = problem(16, 1, DType::nvfp4);
+  nvfp4.kv_token_scales = true;
+  EXPECT_NE(message([&] { att::check_problem(nvfp4); }).find("kv_token_scales"), std::string::npos);
+}
+
+// nvfp4 rows run on fp16 MMA whatever the output, so the row kernel's nvfp4
+// instance on bf16 MMA is not built; every other instance is.
+TEST(AttentionSchedule, RowKernelInstancesThatRun) {
+  for (const bool out_f16 : {false, true})
+    EXPECT_TRUE(att::row_f16(DType::nvfp4, out_f16, false));
+  EXPECT_FALSE(att::row_instance_built(att::KvKind::nvfp4, false));
+  EXPECT_TRUE(att::row_instance_built(att::KvKind::nvfp4, true));
+  for (const att::KvKind k : {att::KvKind::half, att::KvKind::e4m3, att::KvKind::e5m2})
+    for (const bool f16 : {false, true}) EXPECT_TRUE(att::row_instance_built(k, f16));
+  EXPECT_EQ(schedule(step({1, 1}, {3000, 9000}), problem(16, 1, DType::nvfp4)).row_f16, true);
 }
 
 // The map: every piece in its place, aligned, after the previous one.

@@ -188,7 +188,8 @@ void launch(const AttendParams& p, DType kv, bool f16, std::int64_t ctas, cudaSt
     constexpr KvKind kKind = decltype(kind)::value;
     constexpr bool kF16 = decltype(fp16)::value;
     if constexpr (kTiles) launch_attend_tiles<kKind, kF16>(p, ctas, s);
-    else launch_attend<kKind, kF16>(p, ctas, s);
+    else if constexpr (row_instance_built(kKind, kF16)) launch_attend<kKind, kF16>(p, ctas, s);
+    else fail("attend: no row kernel of cache dtype ", dtype_name(kv), " on bf16 MMA (row_f16 never picks it)");
   });
 }
 
@@ -205,12 +206,13 @@ void prepare_kernels(const AttentionProblem& problem) {
   // The row kernel on fp16 MMA (row_f16 may pick it for any output), and
   // every kernel on the output's type.
   dispatch(problem.kv_dtype, true, "attention", [](auto kind, auto fp16) {
-    prepare_attend<decltype(kind)::value, decltype(fp16)::value>();
+    if constexpr (row_instance_built(decltype(kind)::value, decltype(fp16)::value))
+      prepare_attend<decltype(kind)::value, decltype(fp16)::value>();
   });
   dispatch(problem.kv_dtype, problem.out_dtype == DType::fp16, "attention", [&](auto kind, auto fp16) {
     constexpr KvKind kKind = decltype(kind)::value;
     constexpr bool kF16 = decltype(fp16)::value;
-    prepare_attend<kKind, kF16>();
+    if constexpr (row_instance_built(kKind, kF16)) prepare_attend<kKind, kF16>();
     prepare_attend_tiles<kKind, kF16>();
     prepare_attend_wgmma_tiles<kKind, kF16>();
     if constexpr (!kv_format(kKind).converted) {
@@ -226,7 +228,7 @@ void prepare_kernels(const AttentionProblem& problem) {
 }
 
 ClusterCapacity cluster_capacity(const AttentionProblem& problem, bool one_cta_per_sm) {
-  // Either row-kernel instance may run (row_f16): the smaller capacity. At
+  // Either built row-kernel instance may run (row_f16): the smaller capacity. At
   // one CTA per SM, the bf16 row kernel's (its shared memory holds one CTA
   // per SM) stands for a kernel that fits more.
   const DType kv =
@@ -236,9 +238,11 @@ ClusterCapacity cluster_capacity(const AttentionProblem& problem, bool one_cta_p
     dispatch(kv, f16, "attention", [&](auto kind, auto fp16) {
       constexpr KvKind kKind = decltype(kind)::value;
       constexpr bool kF16 = decltype(fp16)::value;
-      for (int size = 2; size <= kMaxClusterSplits; ++size) {
-        const int n = row_cluster_capacity<kKind, kF16>(size);
-        c.clusters[size] = f16 ? n : std::min(c.clusters[size], n);
+      if constexpr (row_instance_built(kKind, kF16)) {
+        for (int size = 2; size <= kMaxClusterSplits; ++size) {
+          const int n = row_cluster_capacity<kKind, kF16>(size);
+          c.clusters[size] = f16 ? n : std::min(c.clusters[size], n);
+        }
       }
     });
   }
@@ -249,8 +253,10 @@ ClusterCapacity row_instance_capacity(const AttentionProblem& problem) {
   ClusterCapacity c;
   const bool f16 = row_f16(problem.kv_dtype, problem.out_dtype == DType::fp16, problem.kv_token_scales);
   dispatch(problem.kv_dtype, f16, "attention", [&](auto kind, auto fp16) {
-    for (int size = 2; size <= kMaxClusterSplits; ++size)
-      c.clusters[size] = row_cluster_capacity<decltype(kind)::value, decltype(fp16)::value>(size);
+    constexpr KvKind kKind = decltype(kind)::value;
+    constexpr bool kF16 = decltype(fp16)::value;
+    if constexpr (row_instance_built(kKind, kF16))
+      for (int size = 2; size <= kMaxClusterSplits; ++size) c.clusters[size] = row_cluster_capacity<kKind, kF16>(size);
   });
   return c;
 }

@@ -34,6 +34,11 @@ inline constexpr int kCtasPerSm = row_kernel_ctas_per_sm(DType::bf16);
 constexpr bool row_f16(DType kv, bool out_f16, bool token_v_scales) {
   return out_f16 || (kv != DType::bf16 && kv != DType::fp16 && !token_v_scales);
 }
+// The row-kernel instances that can launch (and so are built): nvfp4 caches
+// have no per-token scales (check_problem), so row_f16 puts every nvfp4 row
+// on fp16 MMA and the nvfp4 instance on bf16 MMA never runs.
+constexpr bool row_instance_built(KvKind kind, bool f16) { return f16 || kind != KvKind::nvfp4; }
+static_assert(row_f16(DType::nvfp4, false, false), "row_instance_built: nvfp4 rows run on fp16 MMA");
 
 // Whether the row kernel spends several instructions per pair of codes
 // converting a block (choose_converted_splits): nvfp4 caches, and fp8 caches

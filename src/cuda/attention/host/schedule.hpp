@@ -50,6 +50,8 @@ inline void check_problem(const AttentionProblem& s) {
   MSA_CHECK(is_half(s.kv_dtype) || is_fp8(s.kv_dtype) || s.kv_dtype == DType::nvfp4,
             "attention: cache.dtype = ", dtype_name(s.kv_dtype),
             " but the KV cache is bf16, fp16, fp8_e4m3, fp8_e5m2 or nvfp4");
+  MSA_CHECK(!s.kv_token_scales || is_fp8(s.kv_dtype), "attention: kv_token_scales is set but cache.dtype = ",
+            dtype_name(s.kv_dtype), " has no per-(token, head) scales (fp8 caches only)");
 }
 
 // Throws msa::Error naming the first knob out of range.
