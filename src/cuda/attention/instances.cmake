@@ -1,8 +1,8 @@
 # The attention kernel instances, generated from the one list below: a small
 # .cu per (kernel family, KV kind) that instantiates the family's launchers for
-# both MMA types (bf16, fp16), so that they compile in parallel, and
-# instances.hpp, which declares them extern for the host code and says which
-# kinds are built. Included by src/cuda/CMakeLists.txt once msa_cuda_attention
+# both MMA types (bf16, fp16; the nvfp4 row kernel fp16 only), so that they
+# compile in parallel, and instances.hpp, which declares them extern for the
+# host code and says which kinds are built. Included by src/cuda/CMakeLists.txt once msa_cuda_attention
 # exists.
 #
 # MSA_KV_DTYPES: the KV cache dtypes to build kernels for. bf16 / fp16 kernels
