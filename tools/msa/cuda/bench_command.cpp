@@ -460,8 +460,8 @@ Command register_bench(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   sub->add_option("--prefill", o->prefill,
-                  "prefill order (msa::cuda::PrefillOrder): query-major (token tiles), key-major, or auto (steps of "
-                  "--key-major-min-tokens tokens build the k2q plan and the device picks)")
+                  "prefill order (msa::cuda::PrefillOrder): query-major (token tiles), key-major, or auto (steps of at "
+                  "least --key-major-min-tokens tokens build the k2q plan and the device picks)")
       ->capture_default_str()
       ->check(CLI::IsMember({"query-major", "key-major", "auto"}));
   sub->add_option("--key-major-min-tokens", o->key_major_min_tokens,
