@@ -13,7 +13,7 @@
 namespace msa::cpu {
 
 struct Options {
-  int num_threads = 0;  // 0: one per hardware thread
+  int num_threads = 0;  // 0: one per hardware thread; at most 1024 (msa::Error beyond)
   // Scan the index data before touching memory: block-table entries, top-k
   // ids and slots, each reported by name. With false, an out-of-range id,
   // page or slot is skipped and never dereferenced (its block holds no keys,

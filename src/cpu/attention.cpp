@@ -160,6 +160,7 @@ void attend_item(const StepView& step, const AttentionArgs& args, int group, std
 }  // namespace
 
 void attend(const StepView& step, const AttentionArgs& args, const Options& opt) {
+  check_options(opt);
   check::attention_shape(step, args);
   check::step_data(step);
   if (opt.check) {

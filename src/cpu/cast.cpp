@@ -10,6 +10,7 @@
 namespace msa::cpu {
 
 void cast_index_query_e4m3(const void* src, DType src_dtype, std::int64_t n, void* dst, const Options& opt) {
+  check_options(opt);
   MSA_CHECK(is_half(src_dtype), "cast_index_query_e4m3: src_dtype = ", dtype_name(src_dtype),
             " but the index query must be bf16 or fp16");
   MSA_CHECK(n >= 0, "cast_index_query_e4m3: n = ", n, " must be >= 0");

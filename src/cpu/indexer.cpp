@@ -173,6 +173,7 @@ void check_all(const StepView& step, const IndexerArgs& args, bool with_output, 
 
 void block_scores(const StepView& step, const IndexerArgs& args, float* scores, std::int32_t max_blocks,
                   const Options& opt) {
+  check_options(opt);
   check_all(step, args, false, opt.check);
   if (step.num_tokens <= 0) return;
   MSA_CHECK(scores != nullptr, "block_scores: scores is null but the step has ", step.num_tokens,
@@ -198,6 +199,7 @@ void block_scores(const StepView& step, const IndexerArgs& args, float* scores, 
 }
 
 void index(const StepView& step, const IndexerArgs& args, const Options& opt) {
+  check_options(opt);
   check_all(step, args, true, opt.check);
   const int threads = resolve_threads(opt.num_threads);
   const std::int64_t heads = args.num_kv_heads;

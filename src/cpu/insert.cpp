@@ -116,6 +116,7 @@ void store_kv_row(const KVCacheView& c, const float* x, bool is_v, std::int64_t 
 }  // namespace
 
 void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, const Options& opt) {
+  check_options(opt);
   check::insert_kv_shape(cache, args);
   if (opt.check) check::slots_data(args.slots, args.num_tokens, cache.num_pages, "slots");
   const std::int64_t num_slots = cache.num_pages * kBlockSize;
@@ -140,6 +141,7 @@ void insert_kv(const KVCacheView& cache, const InsertKVArgs& args, const Options
 }
 
 void insert_index(const IndexCacheView& cache, const InsertIndexArgs& args, const Options& opt) {
+  check_options(opt);
   check::insert_index_shape(cache, args);
   if (opt.check) check::slots_data(args.slots, args.num_tokens, cache.num_pages, "index slots");
   const std::int64_t num_slots = cache.num_pages * kBlockSize;

@@ -182,6 +182,7 @@ std::size_t key_major_partial_floats(std::int32_t num_tokens, std::int32_t num_q
 void attend_key_major(const StepView& step, const AttentionArgs& args, const K2QPlan& plan,
                       float* partial_out, float* partial_lse, const Options& opt,
                       std::int32_t token_begin, std::int32_t token_end) {
+  check_options(opt);
   if (token_end < 0) token_end = step.num_tokens;
   check::attention_shape(step, args);
   check::step_data(step);

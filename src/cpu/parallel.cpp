@@ -4,15 +4,23 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include "msa/error.hpp"
+
 namespace msa::cpu {
 
+void check_options(const Options& opt) {
+  MSA_CHECK(opt.num_threads >= 0 && opt.num_threads <= kMaxThreads, "options.num_threads = ", opt.num_threads,
+            " is not in [0, ", kMaxThreads, "] (0: one per hardware thread)");
+}
+
 int resolve_threads(int requested) {
-  if (requested > 0) return requested;
+  if (requested > 0) return std::min(requested, kMaxThreads);
   const unsigned hw = std::thread::hardware_concurrency();
-  return hw == 0 ? 1 : int(hw);
+  return hw == 0 ? 1 : int(std::min<unsigned>(hw, kMaxThreads));
 }
 
 void parallel_for(std::int64_t n, int num_threads, std::int64_t grain,
@@ -43,7 +51,11 @@ void parallel_for(std::int64_t n, int num_threads, std::int64_t grain,
   };
   std::vector<std::thread> pool;
   pool.reserve(threads - 1);
-  for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  try {
+    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+  } catch (const std::system_error&) {
+    // The system is out of threads: the ones started (and this one) take every chunk.
+  }
   worker();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);

@@ -70,6 +70,7 @@ void store_head(const float* x, DType dtype, float scale, void* dst) {
 
 void pre_attention(const KVCacheView& cache, const IndexCacheView& index_cache,
                    const PreAttentionArgs& a, const Options& opt) {
+  check_options(opt);
   check::pre_attention_shape(cache, index_cache, a);
   if (opt.check) check::pre_attention_data(cache, index_cache, a);
   const std::int64_t N = a.num_tokens;

@@ -440,7 +440,7 @@ Command add_run_command(CLI::App& msa) {
       ->capture_default_str();
   app->add_option("--seed", o->seed, "seed of every random input")->check(unsigned_64())->capture_default_str();
   app->add_option("--threads", o->threads, "CPU engine threads (0: one per hardware thread)")
-      ->check(integer_in(0, 1024, "threads"))
+      ->check(integer_in(0, cpu::kMaxThreads, "threads"))
       ->capture_default_str();
   app->add_option("--backend", o->backend,
                   "auto (cuda when built with it and a GPU is visible, else cpu), cpu or cuda")
