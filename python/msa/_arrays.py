@@ -41,6 +41,39 @@ def raw(x):
     return x.detach() if x.requires_grad else x
 
 
+def _is_array(x):
+    """Whether the extension can take x without a copy: DLPack, the array interface or a buffer."""
+    if hasattr(x, "__dlpack__") or hasattr(x, "__array_interface__"):
+        return True
+    try:
+        memoryview(x)
+    except TypeError:
+        return False
+    return True
+
+
+def arg(x, name, written=False):
+    """x as the extension receives it (raw), after the checks whose failure the extension could
+    only report as a bare TypeError: something that is not an array, a non-native byte order
+    (DLPack has none), and a read-only array where msa writes. Each raises msa.Error naming the
+    argument; None (an absent optional array) passes."""
+    from ._msa import Error
+
+    if x is None:
+        return None
+    if not _is_array(x):
+        raise Error(f"{name}: type {type(x).__name__} is not an array (a numpy array, a torch tensor or "
+                    f"anything with __dlpack__)")
+    dt = getattr(x, "dtype", None)
+    order = getattr(dt, "byteorder", "=")
+    if order in "<>" and order != ("<" if sys.byteorder == "little" else ">"):
+        raise Error(f"{name}: dtype {dt} is not in the machine's byte order (byteswap it first)")
+    flags = getattr(x, "flags", None)
+    if written and flags is not None and not getattr(flags, "writeable", True):
+        raise Error(f"{name}: a read-only array, but msa writes into it")
+    return raw(x)
+
+
 def resolve_dtype(x, given):
     """The dtype name to pass: the one given, else the one a float8 tensor implies."""
     if given is not None:

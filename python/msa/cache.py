@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import _msa
-from ._arrays import dtype_name, raw
+from ._arrays import arg, dtype_name, raw
 
 BLOCK_SIZE = _msa.block_size
 HEAD_DIM = _msa.head_dim
@@ -39,10 +39,12 @@ class KVCache:
     k_scales: Any = None
     v_scales: Any = None
 
-    def kwargs(self):
-        """The keyword arguments of the extension's cache parameters."""
+    def kwargs(self, written=False):
+        """The keyword arguments of the extension's cache parameters (written: the call writes
+        the per-token scales, as insert_kv does)."""
         return dict(kv_dtype=self.dtype or dtype_name(self.data), k_scale=float(self.k_scale),
-                    v_scale=float(self.v_scale), k_scales=self.k_scales, v_scales=self.v_scales)
+                    v_scale=float(self.v_scale), k_scales=arg(self.k_scales, "k_scales", written),
+                    v_scales=arg(self.v_scales, "v_scales", written))
 
     def describe(self):
         """The view msa reads: dtype, layout, strides, scale mode."""

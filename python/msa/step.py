@@ -1,7 +1,7 @@
 """The batch metadata of one engine step, built once per step and shared by every layer."""
 
 from . import _msa
-from ._arrays import empty_int32, int32_host, is_torch, to_device
+from ._arrays import arg, empty_int32, int32_host, is_torch, to_device
 
 
 class Step:
@@ -43,9 +43,9 @@ class Step:
             meta.copy_to(name, host)
             arrays[name] = to_device(host, device)
         if query_start_device is not None:
-            arrays["query_start"] = query_start_device
+            arrays["query_start"] = arg(query_start_device, "query_start_device")
         if seq_lens_device is not None:
-            arrays["seq_lens"] = seq_lens_device
+            arrays["seq_lens"] = arg(seq_lens_device, "seq_lens_device")
         return cls(meta, arrays["query_start"], arrays["seq_lens"], arrays["token_request"], device)
 
     def update_seq_lens(self, seq_lens):

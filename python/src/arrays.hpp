@@ -18,9 +18,17 @@ namespace msa::py {
 
 namespace nb = nanobind;
 
-// Any dtype, shape, strides and device. Strides are in elements.
-using Array = nb::ndarray<>;
+// Any dtype, shape, strides and device. Strides are in elements. What a call
+// reads may be read-only (a numpy array with writeable False, a read-only
+// memory map); what it writes is an OutArray, which nanobind refuses read-only
+// (the Python layer first raises msa.Error naming it: msa/_arrays.py).
+using Array = nb::ndarray<nb::ro>;
 using OptArray = std::optional<Array>;
+using OutArray = nb::ndarray<>;
+using OptOutArray = std::optional<OutArray>;
+// A written array as the checks and views take it.
+inline Array as_array(const OutArray& a) { return Array(a); }
+inline OptArray as_array(const OptOutArray& a) { return a ? OptArray(Array(*a)) : std::nullopt; }
 using OptString = std::optional<std::string>;
 
 // Where an array lives: host memory (CPU engine) or one CUDA device.

@@ -73,15 +73,15 @@ void bind_attend(nb::module_& m) {
   m.def(
       "attend",
       [](const Array& query_start, const Array& seq_lens, const Array& token_request, std::int32_t num_decodes,
-         std::int32_t decode_query_len, const Array& q, const Array& out, const Array& kv_cache,
-         const Array& block_table, const Array& topk, const OptArray& lse, const OptArray& plan,
+         std::int32_t decode_query_len, const Array& q, const OutArray& out, const Array& kv_cache,
+         const Array& block_table, const Array& topk, const OptOutArray& lse, const OptArray& plan,
          const OptString& q_dtype, const OptString& out_dtype, float q_scale, float softmax_scale,
          const OptString& kv_dtype, float k_scale,
          float v_scale, const OptArray& k_scales, const OptArray& v_scales, std::uintptr_t stream, int num_threads,
-         const OptArray& check) {
-        attend(StepArgs{query_start, seq_lens, token_request, num_decodes, decode_query_len}, q, out, lse,
-               KVCacheArgs{kv_cache, kv_dtype, k_scale, v_scale, k_scales, v_scales}, block_table, topk, plan,
-               q_dtype, out_dtype, q_scale, softmax_scale, stream, num_threads, check);
+         const OptOutArray& check) {
+        attend(StepArgs{query_start, seq_lens, token_request, num_decodes, decode_query_len}, q, as_array(out),
+               as_array(lse), KVCacheArgs{kv_cache, kv_dtype, k_scale, v_scale, k_scales, v_scales}, block_table, topk,
+               plan, q_dtype, out_dtype, q_scale, softmax_scale, stream, num_threads, as_array(check));
       },
       "query_start"_a, "seq_lens"_a, "token_request"_a, "num_decodes"_a, "decode_query_len"_a, "q"_a, "out"_a,
       "kv_cache"_a, "block_table"_a, "topk"_a, nb::kw_only(), "lse"_a = nb::none(), "plan"_a = nb::none(),

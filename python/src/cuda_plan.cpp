@@ -77,8 +77,9 @@ void bind_plan(nb::module_& m) {
       "meta"_a, "shape"_a, "Device bytes the attention plan of this step needs.");
   m.def(
       "plan_attention",
-      [](const BatchMetadata& meta, const nb::dict& shape, const Array& workspace, const Array& plan,
+      [](const BatchMetadata& meta, const nb::dict& shape, const OutArray& workspace_array, const OutArray& plan,
          std::uintptr_t stream) {
+        const Array workspace = as_array(workspace_array);
         Placement where;
         where.add(workspace, "workspace");
         MSA_CHECK(where.cuda(), "workspace: the attention workspace must be CUDA device memory");
@@ -86,7 +87,7 @@ void bind_plan(nb::module_& m) {
         DeviceGuard guard(where.device());
         write_plan(cuda::plan_attention(meta, s.problem, {data_of(workspace), workspace.nbytes()}, stream_ptr(stream),
                                         s.tuning),
-                   plan);
+                   as_array(plan));
       },
       "meta"_a, "shape"_a, "workspace"_a, "plan"_a, nb::kw_only(), "stream"_a = 0,
       "Plans the attention of this step into `workspace` (device, at least attention_workspace_bytes) and "

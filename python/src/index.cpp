@@ -67,12 +67,12 @@ void bind_index(nb::module_& m) {
       "index",
       [](const Array& query_start, const Array& seq_lens, const Array& token_request, std::int32_t num_decodes,
          std::int32_t decode_query_len, const Array& index_q, const Array& index_cache, const Array& block_table,
-         const Array& topk, const OptString& index_dtype, const OptString& iq_dtype, int init_blocks,
-         int local_blocks, int max_blocks, const OptArray& workspace, std::uintptr_t stream, int num_threads,
-         const OptArray& check) {
+         const OutArray& topk, const OptString& index_dtype, const OptString& iq_dtype, int init_blocks,
+         int local_blocks, int max_blocks, const OptOutArray& workspace, std::uintptr_t stream, int num_threads,
+         const OptOutArray& check) {
         index(StepArgs{query_start, seq_lens, token_request, num_decodes, decode_query_len}, index_q, index_cache,
-              block_table, topk, index_dtype, iq_dtype, init_blocks, local_blocks, max_blocks, workspace, stream,
-              num_threads, check);
+              block_table, as_array(topk), index_dtype, iq_dtype, init_blocks, local_blocks, max_blocks,
+              as_array(workspace), stream, num_threads, as_array(check));
       },
       "query_start"_a, "seq_lens"_a, "token_request"_a, "num_decodes"_a, "decode_query_len"_a, "index_q"_a,
       "index_cache"_a, "block_table"_a, "topk"_a, nb::kw_only(), "index_dtype"_a = nb::none(),

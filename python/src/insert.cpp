@@ -50,11 +50,11 @@ void insert_kv(const KVCacheArgs& kv, const Array& k, const Array& v, const Arra
 }
 
 // index_k: [num_tokens, 128] bf16 / fp16; slots: [num_tokens] int64.
-void insert_index(const Array& index_cache, const Array& index_k, const Array& slots,
+void insert_index(const OutArray& index_cache, const Array& index_k, const Array& slots,
                   const OptString& index_dtype, const OptString& src_dtype, std::uintptr_t stream, int num_threads,
-                  const OptArray& check) {
+                  const OptOutArray& check) {
   Placement where;
-  const IndexCacheView cache = index_cache_view(index_cache, index_dtype, where);
+  const IndexCacheView cache = index_cache_view(as_array(index_cache), index_dtype, where);
   where.add(index_k, "index_k");
   where.add(slots, "slots");
   InsertIndexArgs args;
@@ -69,7 +69,7 @@ void insert_index(const Array& index_cache, const Array& index_k, const Array& s
   args.num_tokens = dim(index_k, 0);
   if (where.cuda()) {
 #if MSA_HAVE_CUDA
-    const cuda::DeviceCheck dc = device_check(check, where);
+    const cuda::DeviceCheck dc = device_check(as_array(check), where);
     DeviceGuard guard(where.device());
     cuda::insert_index(cache, args, stream_ptr(stream), dc);
 #else
@@ -88,11 +88,11 @@ void bind_insert(nb::module_& m) {
   using namespace nb::literals;
   m.def(
       "insert_kv",
-      [](const Array& kv_cache, const Array& k, const Array& v, const Array& slots, const OptString& kv_dtype,
-         float k_scale, float v_scale, const OptArray& k_scales, const OptArray& v_scales,
-         const OptString& src_dtype, std::uintptr_t stream, int num_threads, const OptArray& check) {
-        insert_kv(KVCacheArgs{kv_cache, kv_dtype, k_scale, v_scale, k_scales, v_scales}, k, v, slots, src_dtype,
-                  stream, num_threads, check);
+      [](const OutArray& kv_cache, const Array& k, const Array& v, const Array& slots, const OptString& kv_dtype,
+         float k_scale, float v_scale, const OptOutArray& k_scales, const OptOutArray& v_scales,
+         const OptString& src_dtype, std::uintptr_t stream, int num_threads, const OptOutArray& check) {
+        insert_kv(KVCacheArgs{as_array(kv_cache), kv_dtype, k_scale, v_scale, as_array(k_scales), as_array(v_scales)},
+                  k, v, slots, src_dtype, stream, num_threads, as_array(check));
       },
       "kv_cache"_a, "k"_a, "v"_a, "slots"_a, nb::kw_only(), "kv_dtype"_a = nb::none(), "k_scale"_a = 1.0f,
       "v_scale"_a = 1.0f, "k_scales"_a = nb::none(), "v_scales"_a = nb::none(), "src_dtype"_a = nb::none(),

@@ -65,7 +65,8 @@ const std::vector<std::int32_t>& field(const BatchMetadata& m, const std::string
 }
 
 // Copies array `name` into `out` (host int32, one-dimensional, its length).
-void copy_to(const BatchMetadata& m, const std::string& name, const Array& out) {
+void copy_to(const BatchMetadata& m, const std::string& name, const OutArray& written) {
+  const Array out = as_array(written);
   const std::vector<std::int32_t>& v = field(m, name);
   Placement where;
   where.add(out, "out");

@@ -98,6 +98,55 @@ def test_shape_dtype_and_name_errors(framework, rng):
         msa.attend(step, a["q"], cache, a["table"][:, :1], a["topk"], out, q_dtype="bf16")
 
 
+def read_only(x):
+    """A read-only numpy view of x's memory."""
+    return np.lib.stride_tricks.as_strided(x, x.shape, x.strides, writeable=False)
+
+
+def test_read_only_inputs_are_read(rng):
+    step, a, T = small_step("numpy", rng)
+    outs = []
+    for wrap in (lambda x: x, read_only):
+        out = np.zeros((T, QH, 128), np.uint16)
+        msa.attend(step, wrap(a["q"]), msa.KVCache(wrap(a["kv"]), "bf16"), wrap(a["table"]), wrap(a["topk"]), out,
+                   q_dtype="bf16", out_dtype="bf16", num_threads=1)
+        outs.append(out)
+    assert (outs[0] == outs[1]).all() and (outs[0] != 0).any()
+
+
+def test_read_only_outputs_are_refused_untouched(rng):
+    step, a, T = small_step("numpy", rng)
+    cache = msa.KVCache(a["kv"], "bf16")
+    out = np.full((T, QH, 128), 0x5555, np.uint16)
+    with pytest.raises(msa.Error, match="out: a read-only array, but msa writes into it"):
+        msa.attend(step, a["q"], cache, a["table"], a["topk"], read_only(out), q_dtype="bf16", out_dtype="bf16")
+    lse = np.full((T, QH), 7.0, np.float32)
+    with pytest.raises(msa.Error, match="lse: a read-only array"):
+        msa.attend(step, a["q"], cache, a["table"], a["topk"], out, lse=read_only(lse), q_dtype="bf16",
+                   out_dtype="bf16")
+    assert (out == 0x5555).all() and (lse == 7.0).all()
+    before = a["kv"].copy()
+    k = np.ones((2, H, 128), np.uint16)
+    with pytest.raises(msa.Error, match="kv_cache: a read-only array"):
+        msa.insert_kv(msa.KVCache(read_only(a["kv"]), "bf16"), k, k, np.array([0, 1], np.int64), src_dtype="bf16")
+    assert (a["kv"] == before).all()
+
+
+def test_arrays_the_extension_cannot_take_are_named(rng):
+    step, a, T = small_step("numpy", rng)
+    cache = msa.KVCache(a["kv"], "bf16")
+    out = np.zeros((T, QH, 128), np.uint16)
+    swapped = a["topk"].astype(a["topk"].dtype.newbyteorder())
+    with pytest.raises(msa.Error, match="topk: dtype .* is not in the machine's byte order"):
+        msa.attend(step, a["q"], cache, a["table"], swapped, out, q_dtype="bf16", out_dtype="bf16")
+    with pytest.raises(msa.Error, match="topk: type list is not an array"):
+        msa.attend(step, a["q"], cache, a["table"], a["topk"].tolist(), out, q_dtype="bf16", out_dtype="bf16")
+    for threads in (-1, 1025):
+        with pytest.raises(msa.Error, match=f"options.num_threads = {threads} is not in \\[0, 1024\\]"):
+            msa.attend(step, a["q"], cache, a["table"], a["topk"], out, q_dtype="bf16", out_dtype="bf16",
+                       num_threads=threads)
+
+
 def test_metadata_from_engine_inputs():
     meta = msa.build_metadata(np.array([0, 2, 4, 104, 104], np.int32), np.array([50, 300, 1000, 0], np.int32),
                               num_decodes=2)
