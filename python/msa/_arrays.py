@@ -93,17 +93,25 @@ def stream_of(x, stream=None):
     return 0
 
 
-def int32_host(values, like=None):
+def int32_host(values, like=None, name="values"):
     """A host int32 array of `values` (list, numpy array or tensor on any device),
-    torch when `values` or `like` is a tensor, else numpy."""
-    torch = _torch()
-    if is_torch(values):
-        return values.to(device="cpu", dtype=torch.int32).contiguous()
-    if torch is not None and is_torch(like):
-        return torch.as_tensor(values, dtype=torch.int32).contiguous()
+    torch when `values` or `like` is a tensor, else numpy. Values that are not integers, or
+    that int32 cannot hold, raise msa.Error naming them (`name`) instead of being cast."""
+    from ._msa import Error
     import numpy as np
 
-    return np.ascontiguousarray(np.asarray(values, dtype=np.int32))
+    torch = _torch()
+    if is_torch(values) and (values.is_floating_point() or values.is_complex()):
+        raise Error(f"{name}: dtype {values.dtype} but must hold integers")
+    host = values.detach().cpu().numpy() if is_torch(values) else np.asarray(values)
+    if host.size and host.dtype.kind not in "iu":
+        raise Error(f"{name}: dtype {host.dtype} but must hold integers")
+    if host.size and (host.min() < -2**31 or host.max() > 2**31 - 1):
+        raise Error(f"{name}: values in [{host.min()}, {host.max()}] do not fit int32")
+    host = np.ascontiguousarray(host, dtype=np.int32).reshape(host.shape)
+    if is_torch(values) or (torch is not None and is_torch(like)):
+        return torch.from_numpy(host)
+    return host
 
 
 def empty_int32(n, like):

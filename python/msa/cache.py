@@ -86,6 +86,9 @@ def kv_cache_strides(num_pages, num_kv_heads, kv_dtype="bf16", layout="hnd", pag
 
 def kv_scales_shape(num_pages, num_kv_heads):
     """Shape of one per-(token slot, head) fp8 scale array."""
+    if num_pages < 0 or num_kv_heads < 1:
+        raise _msa.Error(f"kv_scales_shape: num_pages = {num_pages} must be >= 0 and num_kv_heads = "
+                         f"{num_kv_heads} >= 1")
     return (num_pages * BLOCK_SIZE, num_kv_heads)
 
 

@@ -33,8 +33,8 @@ class Step:
             import torch
 
             like = torch.empty(0)
-        qsl = int32_host(query_start_loc, like)
-        sl = int32_host(seq_lens, like)
+        qsl = int32_host(query_start_loc, like, "query_start_loc")
+        sl = int32_host(seq_lens, like, "seq_lens")
         meta = _msa.build_metadata(qsl, sl, num_decodes=-1 if num_decodes is None else num_decodes,
                                    decode_query_len=-1 if decode_query_len is None else decode_query_len)
         arrays = {}
@@ -53,7 +53,7 @@ class Step:
         from a CUDA graph): rewrites the device seq_lens in place and the host metadata."""
         qsl = empty_int32(self.meta.length("query_start"), self.seq_lens)
         self.meta.copy_to("query_start", qsl)
-        sl = int32_host(seq_lens, qsl)
+        sl = int32_host(seq_lens, qsl, "seq_lens")
         meta = _msa.build_metadata(qsl, sl, num_decodes=self.num_decodes,
                                    decode_query_len=self.meta.decode_query_len if self.num_decodes else -1)
         if is_torch(self.seq_lens):

@@ -110,7 +110,14 @@ void expect_shape(const Array& a, std::initializer_list<std::int64_t> want, cons
   }
 }
 
+bool no_elements(const Array& a) {
+  for (std::size_t i = 0; i < a.ndim(); ++i)
+    if (dim(a, i) == 0) return true;
+  return false;
+}
+
 void expect_contiguous(const Array& a, const char* arg) {
+  if (no_elements(a)) return;
   std::int64_t expected = 1;
   for (std::size_t i = a.ndim(); i-- > 0;) {
     if (dim(a, i) != 1) {
@@ -123,7 +130,7 @@ void expect_contiguous(const Array& a, const char* arg) {
 }
 
 void expect_inner_contiguous(const Array& a, const char* arg) {
-  if (a.ndim() == 0) return;
+  if (a.ndim() == 0 || no_elements(a)) return;
   const std::size_t last = a.ndim() - 1;
   MSA_CHECK(dim(a, last) <= 1 || a.stride(last) == 1, arg, ": the last dimension must be contiguous",
             " but has stride ", a.stride(last), " (shape ", shape_string(a), ")");

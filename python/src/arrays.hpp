@@ -48,6 +48,10 @@ bool has_own_dtype(const Array& a);
 // The array's DLPack dtype in words ("bfloat16", "uint8", "int64", ...).
 std::string dlpack_dtype_name(const Array& a);
 
+// Whether the array has no element (its strides then mean nothing: DLPack
+// exporters may report 0 for them).
+bool no_elements(const Array& a);
+
 // Checks; each throws msa::Error naming `arg`.
 void expect_ndim(const Array& a, std::size_t ndim, const char* arg, const char* dims);
 // shape[i] == want[i] for every want[i] >= 0.

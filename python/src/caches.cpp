@@ -53,9 +53,10 @@ nb::dict kv_cache_geometry(std::int64_t num_pages, int num_kv_heads, const std::
 
 nb::dict index_cache_geometry(std::int64_t num_pages, std::int64_t page_stride) {
   const std::int64_t N = kBlockSize, D = kHeadDim;
-  if (page_stride == 0) page_stride = N * D;
-  MSA_CHECK(page_stride >= N * D, "page_stride = ", page_stride, " is smaller than one index page (", N * D,
-            " elements)");
+  page_stride = make_index_cache_view(DType::bf16, nullptr, num_pages, page_stride).page_stride;
+  constexpr std::int64_t kMaxElements = std::int64_t(1) << 62;
+  MSA_CHECK(num_pages <= 1 || num_pages - 1 <= (kMaxElements - N * D) / page_stride, "num_pages = ", num_pages,
+            " pages ", page_stride, " elements apart span more than 2^62 elements");
   nb::dict d;
   d["shape"] = int_tuple({num_pages, N, D});
   d["strides"] = int_tuple({page_stride, D, 1});

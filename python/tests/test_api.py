@@ -147,6 +147,29 @@ def test_arrays_the_extension_cannot_take_are_named(rng):
                        num_threads=threads)
 
 
+def test_an_empty_step_runs():
+    step = msa.build_step([0], [])
+    assert step.num_tokens == 0 and step.num_requests == 0
+    cache = msa.allocate_kv_cache(2, 1, "bf16", "hnd")
+    table, topk = np.zeros((0, 4), np.int32), np.zeros((0, 1, 16), np.int32)
+    msa.insert_kv(cache, np.zeros((0, 1, 128), np.uint16), np.zeros((0, 1, 128), np.uint16), np.zeros(0, np.int64),
+                  src_dtype="bf16")
+    msa.index(step, np.zeros((0, 1, 128), np.uint16), msa.allocate_index_cache(2), table, topk, iq_dtype="bf16")
+    msa.attend(step, np.zeros((0, QH, 128), np.uint16), cache, table, topk, np.zeros((0, QH, 128), np.uint16),
+               q_dtype="bf16", out_dtype="bf16")
+
+
+def test_step_inputs_must_be_int32_integers():
+    with pytest.raises(msa.Error, match="query_start_loc: dtype float64 but must hold integers"):
+        msa.build_step([0.5, 1], [10])
+    with pytest.raises(msa.Error, match=r"seq_lens: values in \[5, 1099511627776\] do not fit int32"):
+        msa.build_step([0, 1, 2], [5, 2**40])
+    with pytest.raises(msa.Error, match="num_pages = -3 must be >= 0"):
+        msa.index_cache_geometry(-3)
+    with pytest.raises(msa.Error, match="num_pages = -1 must be >= 0"):
+        msa.kv_scales_shape(-1, 1)
+
+
 def test_metadata_from_engine_inputs():
     meta = msa.build_metadata(np.array([0, 2, 4, 104, 104], np.int32), np.array([50, 300, 1000, 0], np.int32),
                               num_decodes=2)
