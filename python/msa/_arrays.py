@@ -108,7 +108,7 @@ def int32_host(values, like=None, name="values"):
         raise Error(f"{name}: dtype {host.dtype} but must hold integers")
     if host.size and (host.min() < -2**31 or host.max() > 2**31 - 1):
         raise Error(f"{name}: values in [{host.min()}, {host.max()}] do not fit int32")
-    host = np.ascontiguousarray(host, dtype=np.int32).reshape(host.shape)
+    host = np.array(host, dtype=np.int32, order="C")  # a copy: the caller's array stays theirs
     if is_torch(values) or (torch is not None and is_torch(like)):
         return torch.from_numpy(host)
     return host
