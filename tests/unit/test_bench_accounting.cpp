@@ -639,11 +639,12 @@ TEST(BenchCases, RanksSetCoversTp2AndTp8) {
     const std::string h = shape;
     for (const char* kv : {"bf16", "fp8_e4m3", "nvfp4"}) {
       const std::string k = kv;
+      const std::string hk = h + " " + k;
       for (const std::string& n :
-           {"attend prefill " + h + " " + k + " ctx=64K b=10 q=256 clustered",
-            "attend prefill " + h + " " + k + " ctx=170K b=1 q=16384 clustered",
-            "attend prefill " + h + " " + k + " ctx=32K b=1 q=4096 random", "attend decode " + h + " " + k + " ctx=32K b=1 q=1",
-            "attend decode " + h + " " + k + " ctx=32K b=128 q=1", "attend verify " + h + " " + k + " ctx=32K b=32 q=4"})
+           {"attend prefill " + hk + " ctx=64K b=10 q=256 clustered",
+            "attend prefill " + hk + " ctx=170K b=1 q=16384 clustered",
+            "attend prefill " + hk + " ctx=32K b=1 q=4096 random", "attend decode " + hk + " ctx=32K b=1 q=1",
+            "attend decode " + hk + " ctx=32K b=128 q=1", "attend verify " + hk + " ctx=32K b=32 q=4"})
         EXPECT_TRUE(names.count(n)) << n;
     }
   }
