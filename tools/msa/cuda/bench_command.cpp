@@ -394,7 +394,7 @@ int run_bench(const BenchOptions& o) {
           {"layer", "insert (insert_kv + insert_index) + index + attend over the indexer's top-k, one graph per copy; "
                     "each stage alone the same way; share = stage time / sum of the stages' times"},
           {"read_floor", "decode / verify: graph replays of a gather of the step's K / V blocks alone (same pages, one CTA per SM, three blocks in flight, no math), timed like the case"},
-          {"copy_floor", "pre_attention: graph replays of a cudaMemcpyAsync of half the step's bytes (reading and writing as many as the step moves) between as many rotated buffer pairs, timed like the case"}}},
+          {"copy_floor", "pre_attention: graph replays of a copy kernel on the SMs of half the step's bytes (reading and writing as many as the step moves) between as many rotated buffer pairs, timed like the case"}}},
         {"seconds", seconds},
         {"errors", errors},
         {"fatal", fatal},

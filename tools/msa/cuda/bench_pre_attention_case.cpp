@@ -1,13 +1,11 @@
 #include "bench_pre_attention_case.hpp"
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <vector>
 
 #include "bench_pre_attention.hpp"
 #include "bench_step.hpp"
-#include "cuda/common/check.cuh"
+#include "copy_floor.hpp"
 #include "device_memory.hpp"
 #include "fill.hpp"
 #include "msa/error.hpp"
@@ -17,18 +15,16 @@
 namespace msa::tool {
 namespace {
 
-// A device-to-device copy of `bytes` per replay, over `copies` rotated
-// source / destination pairs, timed like the case.
+// A copy of `bytes` on the SMs per replay (copy_floor.hpp), over `copies`
+// rotated source / destination pairs, timed like the case.
 TimeStats time_copy_floor(std::size_t bytes, int copies, const BenchSettings& s, cuda::Stream stream) {
   std::vector<DeviceBuffer> from, to;
   for (int i = 0; i < copies; ++i) {
     from.emplace_back(bytes);
     to.emplace_back(bytes);
   }
-  const auto st = static_cast<cudaStream_t>(stream);
   const auto copy = [&](int i) {
-    MSA_CUDA_CHECK(cudaMemcpyAsync(to[std::size_t(i)].get(), from[std::size_t(i)].get(), bytes,
-                                   cudaMemcpyDeviceToDevice, st));
+    copy_on_sms(to[std::size_t(i)].get(), from[std::size_t(i)].get(), bytes, stream);
   };
   return time_graphs(copy, copies, s, stream).time;
 }
