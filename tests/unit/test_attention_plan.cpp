@@ -335,6 +335,9 @@ TEST(AttentionPlan, KeyMajorPreferredWhenTilesLoadManyBlocks) {
   const std::int64_t tokens = 16384, items = 4 * tokens + 512;
   EXPECT_TRUE(att::prefer_key_major(tokens / 8 * 105, items, false));   // random
   EXPECT_FALSE(att::prefer_key_major(tokens / 8 * 17, items, false));   // clustered
+  // Partly shared selections: the orders cross at about 1.04-1.16 rounds an item.
+  EXPECT_TRUE(att::prefer_key_major(114, 100, false));
+  EXPECT_FALSE(att::prefer_key_major(100, 100, false));
   EXPECT_TRUE(att::prefer_key_major(0, items, true));
   EXPECT_FALSE(att::prefer_key_major(100, 0, false));  // nothing to run key-major
 }

@@ -255,14 +255,14 @@ inline KeyMajorMode key_major_mode(int order, bool half_pages, bool wgmma_tiles,
   return KeyMajorMode::off;
 }
 // The device's choice: token tiles run one round per (tile, union block) pair,
-// key-major one per work item plus the partials' traffic and merge. First
-// estimate from the H200 (16K-token chunks, before tuning): ~12-16 ns of the
-// whole GPU per tile round, ~60 ns per key-major item of 128 rows (so 1.5
-// rounds per item of 64). Clustered selections give about one tile round per
-// 128-row item, random ones ~5-7 at 17K-170K contexts (estimated from the
-// union sizes). tile_rounds: the (tile, block) pairs of the step; items: the
-// key-major work items. always: the order is key-major.
-inline constexpr double kKeyMajorItemCost = 1.5;
+// key-major one per work item plus the partials' traffic and merge. On the
+// H200 the two orders take the same time at 1.04-1.16 rounds per item of 64
+// rows (prefill at 32K contexts, from random through partly shared to
+// clustered selections, bf16 and fp8: bench/RESULTS.md); clustered
+// selections give about 0.5, random ones about 3. tile_rounds: the (tile,
+// block) pairs of the step; items: the key-major work items. always: the
+// order is key-major.
+inline constexpr double kKeyMajorItemCost = 1.1;
 MSA_HD bool prefer_key_major(std::int64_t tile_rounds, std::int64_t items, bool always) {
   return always || (items > 0 && double(tile_rounds) > kKeyMajorItemCost * double(items));
 }
