@@ -2,8 +2,8 @@
 # .cu per (kernel family, KV kind) that instantiates the family's launchers for
 # both MMA types (bf16, fp16; the nvfp4 row kernel fp16 only), so that they
 # compile in parallel, and instances.hpp, which declares them extern for the
-# host code and says which kinds are built. Included by src/cuda/CMakeLists.txt once msa_cuda_attention
-# exists.
+# host code and says which kinds are built. Included by src/cuda/CMakeLists.txt
+# once msa_cuda_attention exists.
 #
 # MSA_KV_DTYPES: the KV cache dtypes to build kernels for. bf16 / fp16 kernels
 # are always built (fp8 / nvfp4 prefill steps run the bf16 / fp16 tiles over

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/common/check.cuh"
+#include "cuda/common/device.hpp"
 #include "msa/error.hpp"
 
 namespace msa::tool {
@@ -36,13 +37,12 @@ __global__ void __launch_bounds__(kThreads) copy_kernel(const uint4* __restrict_
 void copy_on_sms(void* dst, const void* src, std::size_t bytes, cuda::Stream stream) {
   MSA_CHECK(bytes % 16 == 0, "copy_on_sms: bytes = ", bytes, " is not a multiple of 16");
   if (bytes == 0) return;
-  int device = 0, num_sms = 0, per_sm = 0;
-  MSA_CUDA_CHECK(cudaGetDevice(&device));
-  MSA_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  int per_sm = 0;
   MSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, copy_kernel, kThreads, 0));
   const std::int64_t n = std::int64_t(bytes / 16);
   const std::int64_t needed = (n + kThreads - 1) / kThreads;
-  const int grid = int(std::max<std::int64_t>(1, std::min<std::int64_t>(needed, std::int64_t(num_sms) * per_sm)));
+  const std::int64_t resident = std::int64_t(cuda::device_sm_count()) * per_sm;
+  const int grid = int(std::max<std::int64_t>(1, std::min(needed, resident)));
   copy_kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<const uint4*>(src),
                                                                          static_cast<uint4*>(dst), n);
   MSA_CUDA_CHECK_LAUNCH();
